@@ -1,0 +1,9 @@
+"""Apply every enabled sparkguard role.
+
+    pyinfra inventory/example/inventory.py deploy/site.py
+    sparkguard apply inventory/example          # same, plus a report and clear errors
+"""
+
+from sparkguard.converge import site_deploy
+
+site_deploy()()

@@ -1,0 +1,7 @@
+"""sparkguard: keep unified-memory GPU nodes alive under memory pressure.
+
+Shared code for the roles in ``roles/``: the settings schema, the YAML
+inventory, node facts, the desired-state model and the CLI.
+"""
+
+__version__ = "0.1.0"

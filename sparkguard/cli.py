@@ -1,0 +1,43 @@
+"""The ``sparkguard`` command: what plain pyinfra does not do.
+
+Each subcommand lives in ``sparkguard/commands/<name>.py`` with a ``register``
+function. Operator errors print as paragraphs and exit non-zero, never as a
+traceback; a traceback means a bug in sparkguard.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from . import __version__
+from .errors import SparkguardError
+
+COMMANDS = ("validate", "render", "apply", "sandbox", "docs")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="sparkguard", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"sparkguard {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in COMMANDS:
+        importlib.import_module(f"sparkguard.commands.{name}").register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except SparkguardError as error:
+        for paragraph in error.paragraphs():
+            print(f"sparkguard: {paragraph}\n", file=sys.stderr)
+        return error.exit_code
+    except KeyboardInterrupt:
+        print("sparkguard: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,70 @@
+"""sparkguard apply INVENTORY: validate, connect to all hosts, apply the site, report."""
+
+from __future__ import annotations
+
+import json
+
+from rich.console import Console
+from rich.table import Table
+
+from ..converge import role_deploy, site_deploy
+from ..inventory import load_inventory
+from ..runner import ApplyResult, run_deploy
+
+
+def register(sub) -> None:
+    parser = sub.add_parser("apply", help="apply the site (or one role) to every host in the inventory")
+    parser.add_argument("inventory")
+    parser.add_argument("--role", help="apply only this role (default: every enabled role)")
+    parser.add_argument("--limit", action="append", help="only these hosts or groups (repeatable)")
+    parser.add_argument("--dry", action="store_true", help="show what would change; change nothing")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument("-v", "--verbose", action="store_true", help="show pyinfra's own log")
+    parser.set_defaults(func=run)
+
+
+def _deploy_factory(role_name: str | None):
+    if role_name is None:
+        return site_deploy
+    from roles import ROLES_BY_NAME
+
+    from ..errors import ConfigError, Problem
+
+    if role_name not in ROLES_BY_NAME:
+        raise ConfigError([Problem("", "--role", role_name, f"unknown role; choose one of {', '.join(ROLES_BY_NAME)}")])
+    return lambda: role_deploy(ROLES_BY_NAME[role_name])
+
+
+def print_report(result: ApplyResult, console: Console | None = None) -> None:
+    console = console or Console()
+    verb = "would change" if result.dry else "changed"
+    table = Table(title=f"sparkguard apply{' (dry run)' if result.dry else ''}")
+    for column in ("host", "device", "MemTotal", "distro", "earlyoom", "operations", verb, "status"):
+        table.add_column(column)
+    for host in result.hosts:
+        node = host.node
+        table.add_row(
+            host.host,
+            node.device_class if node else "?",
+            f"{node.memory_total_gib:.1f} GiB" if node else "?",
+            f"{node.distro_id} {node.distro_version}" if node else "?",
+            ".".join(map(str, node.earlyoom_version)) if node and node.earlyoom_version else "-",
+            str(host.operations),
+            str(host.changed),
+            "[green]ok[/green]" if host.ok else "[red]FAILED[/red]",
+        )
+    console.print(table)
+    for host in result.hosts:
+        for error in host.errors:
+            console.print(f"[red]{host.host}[/red]: {error}")
+
+
+def run(args) -> int:
+    inventory = load_inventory(args.inventory)
+    result = run_deploy(inventory, _deploy_factory(args.role), dry=args.dry, limit=args.limit,
+                        verbose=args.verbose)
+    if args.json:
+        print(json.dumps(result.as_dict(), indent=2, sort_keys=True))
+    else:
+        print_report(result)
+    return 0 if result.ok else 1

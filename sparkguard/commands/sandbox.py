@@ -1,0 +1,50 @@
+"""sparkguard sandbox up|status|down: local systemd-nspawn nodes for trying and testing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .. import sandbox
+
+
+def register(sub) -> None:
+    parser = sub.add_parser("sandbox", help="boot/stop local Debian nodes (systemd-nspawn; needs root)")
+    actions = parser.add_subparsers(dest="action", required=True)
+    common = {"--state-dir": dict(type=Path, default=sandbox.DEFAULT_STATE_DIR,
+                                  help="where node rootfs copies, keys and known_hosts live")}
+
+    up = actions.add_parser("up", help="boot N nodes and write their inventory (printed as the last line)")
+    up.add_argument("--nodes", type=int, default=1)
+    up.add_argument("--release", choices=sandbox.RELEASES, default="bookworm")
+    up.add_argument("--net", default=sandbox.DEFAULT_NET, help="loopback /24 prefix for node addresses")
+    up.add_argument("--inventory-dir", type=Path, default=sandbox.DEFAULT_INVENTORY_DIR)
+    up.add_argument("--cache-dir", type=Path, default=sandbox.DEFAULT_CACHE_DIR)
+    status = actions.add_parser("status", help="show the nodes and whether SSH answers")
+    status.add_argument("--json", action="store_true")
+    down = actions.add_parser("down", help="stop every node and remove it; leaves nothing behind")
+    for action in (up, status, down):
+        for flag, options in common.items():
+            action.add_argument(flag, **options)
+    parser.set_defaults(func=run)
+
+
+def run(args) -> int:
+    if args.action == "up":
+        hosts_file = sandbox.up(args.nodes, args.release, args.state_dir, args.inventory_dir, args.net,
+                                args.cache_dir)
+        print(hosts_file.parent)
+        return 0
+    if args.action == "status":
+        rows = sandbox.status(args.state_dir)
+        if args.json:
+            print(json.dumps(rows, indent=2))
+        elif not rows:
+            print("sandbox: no nodes")
+        else:
+            for row in rows:
+                print(f"{row['node']:10} {row['address']:15} {row['release']:9} "
+                      f"{'running' if row['running'] else 'stopped':8} ssh={'up' if row['ssh'] else 'down'}")
+        return 0 if rows and all(r["running"] and r["ssh"] for r in rows) else 1
+    sandbox.down(args.state_dir)
+    return 0

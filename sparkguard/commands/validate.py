@@ -1,0 +1,17 @@
+"""sparkguard validate INVENTORY: the schema check apply and render run first."""
+
+from __future__ import annotations
+
+from ..inventory import load_inventory
+
+
+def register(sub) -> None:
+    parser = sub.add_parser("validate", help="check an inventory against the schema (no SSH)")
+    parser.add_argument("inventory", help="inventory directory, its hosts.yml or its inventory.py")
+    parser.set_defaults(func=run)
+
+
+def run(args) -> int:
+    inventory = load_inventory(args.inventory)
+    print(f"{inventory.path}: {len(inventory.hosts)} host(s) valid: {', '.join(h.name for h in inventory.hosts)}")
+    return 0

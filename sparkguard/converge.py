@@ -1,0 +1,182 @@
+"""Turn a role's desired state into pyinfra operations.
+
+Shared by every role, so no role repeats the package / validated file /
+restart-on-change dance. Restarts are gated with ``_if=any_changed(...)``
+(a callable), never ``restarted=op.did_change`` (a bound method, always truthy),
+so the second apply reports zero changes.
+"""
+
+from __future__ import annotations
+
+from pyinfra import host
+from pyinfra.api import deploy
+from pyinfra.api.exceptions import PyinfraError
+from pyinfra.facts.deb import DebPackages
+from pyinfra.operations import apt, files, server, systemd
+from pyinfra.operations.util import any_changed
+
+from .errors import Problem
+from .facts import NodeFacts, NodeInfo
+from .hostconfig import host_config_model
+from .role import NodeProfile, Role, RoleContext
+from .state import DesiredState
+from .operations import managed_file
+
+MEMORY_TOLERANCE = 0.02
+
+
+class PreflightError(PyinfraError):
+    """The node is not what the inventory says; raised before any operation runs."""
+
+    def __init__(self, problems: list[Problem]):
+        self.problems = problems
+        super().__init__("\n\n".join(p.paragraph() for p in problems))
+
+
+def check_node(host_name: str, config, info: NodeInfo) -> list[Problem]:
+    """Compare what the inventory declares with what the node reports."""
+    problems = []
+    declared = config.node.memory_total_gib
+    if declared is not None and info.memory_total_bytes:
+        actual = info.memory_total_gib
+        if abs(actual - declared) > MEMORY_TOLERANCE * declared:
+            problems.append(Problem(
+                host_name, "node.memory_total_gib", declared,
+                f"the node reports MemTotal = {actual:.2f} GiB, more than 2% away from the declared value; "
+                f"fix the inventory (did the node get a different memory size or the wrong inventory entry?)",
+            ))
+    profile = config.node.device_profile
+    if profile != "auto" and profile != info.device_class:
+        problems.append(Problem(
+            host_name, "node.device_profile", profile,
+            f"the node looks like '{info.device_class}' ({info.device_evidence}); declare that, or 'auto'",
+        ))
+    return problems
+
+
+def node_profile(config) -> NodeProfile:
+    """What roles may depend on: only declared values, so render == apply."""
+    declared = config.node.memory_total_gib
+    return NodeProfile(
+        memory_total_bytes=int(round(declared * 2**30)) if declared is not None else None,
+        device_class=config.node.device_profile,
+    )
+
+
+_node_info_cache: dict[str, NodeInfo] = {}
+
+
+def current_node_info() -> NodeInfo:
+    """NodeFacts once per host per run: pyinfra 3 does not cache facts."""
+    if host.name not in _node_info_cache:
+        _node_info_cache[host.name] = host.get_fact(NodeFacts)
+    return _node_info_cache[host.name]
+
+
+def current_context() -> RoleContext:
+    """Validated settings of the current host, checked against the node itself."""
+    settings = host.data.get("sparkguard")
+    if not settings:
+        raise PyinfraError(
+            f"host '{host.name}' has no sparkguard settings: run the deploy against a sparkguard inventory "
+            f"(inventory/<name>/inventory.py), not a bare host name"
+        )
+    config = host_config_model().model_validate(settings)
+    problems = check_node(host.name, config, current_node_info())
+    if problems:
+        raise PreflightError(problems)
+    return RoleContext(host=host.name, config=config, node=node_profile(config))
+
+
+def converge(state: DesiredState) -> None:
+    """Apply one role's desired state on the current host."""
+    if state.packages:
+        installed = host.get_fact(DebPackages) or {}
+        missing = [name for name in state.packages if name not in installed]
+        if missing:
+            apt.packages(
+                name=f"{state.role}: install {' '.join(missing)}",
+                packages=missing,
+                update=True,
+                cache_time=3600,
+                no_recommends=True,
+            )
+
+    for directory in state.directories:
+        files.directory(
+            name=f"{state.role}: directory {directory.path}",
+            path=directory.path,
+            mode=directory.mode,
+            user=directory.owner,
+            group=directory.group,
+        )
+
+    file_ops = {}
+    for managed in state.files:
+        file_ops[managed.path] = managed_file(
+            name=f"{state.role}: file {managed.path}",
+            path=managed.path,
+            content=managed.content,
+            mode=managed.mode,
+            owner=managed.owner,
+            group=managed.group,
+            validate=managed.validate,
+        )
+
+    unit_ops = [op for path, op in file_ops.items() if state.file(path).is_systemd_unit]
+    if unit_ops:
+        systemd.daemon_reload(name=f"{state.role}: systemd daemon-reload", _if=any_changed(*unit_ops))
+
+    for key, value in sorted(state.sysctls.items()):
+        server.sysctl(name=f"{state.role}: sysctl {key}", key=key, value=value)
+
+    for service in state.services:
+        restart_triggers = [file_ops[p] for p in service.restart_on if p in file_ops]
+        reload_triggers = [file_ops[p] for p in service.reload_on if p in file_ops]
+        if restart_triggers and service.running:
+            systemd.service(
+                name=f"{state.role}: restart {service.name} (config changed)",
+                service=service.name,
+                restarted=True,
+                _if=any_changed(*restart_triggers),
+            )
+        if reload_triggers and service.running:
+            systemd.service(
+                name=f"{state.role}: reload {service.name} (config changed)",
+                service=service.name,
+                reloaded=True,
+                _if=any_changed(*reload_triggers),
+            )
+        systemd.service(
+            name=f"{state.role}: {service.name} {'running' if service.running else 'stopped'}",
+            service=service.name,
+            running=service.running,
+            enabled=service.enabled,
+        )
+
+
+def role_deploy(role: Role):
+    """The pyinfra ``@deploy`` for a role: desired state from settings, then converge."""
+
+    @deploy(f"sparkguard {role.name}")
+    def apply_role() -> None:
+        ctx = current_context()
+        if role.enabled(ctx.config):
+            converge(role.desired_state(ctx))
+
+    apply_role.__doc__ = f"Apply role '{role.name}': {role.summary}."
+    return apply_role
+
+
+def site_deploy():
+    """Every enabled role, in registry order."""
+    from roles import ROLES
+
+    @deploy("sparkguard site")
+    def apply_site() -> None:
+        ctx = current_context()
+        for role in ROLES:
+            if role.enabled(ctx.config):
+                converge(role.desired_state(ctx))
+
+    return apply_site

@@ -1,0 +1,74 @@
+"""The full settings of one host: connection, declared node facts, every role.
+
+Built from the role registry, so adding a role adds its block here, to
+validation, and to the generated docs, with no second list to keep in sync.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Literal
+
+from pydantic import create_model
+
+from .settings import Settings, required, setting
+
+DeviceProfile = Literal["auto", "dgx-spark", "gh200", "jetson", "amd-apu", "discrete", "cpu-only"]
+
+
+class NodeSettings(Settings):
+    """Facts about the node declared in the inventory, so render works offline."""
+
+    memory_total_gib: float | None = setting(
+        None,
+        "MemTotal as the node reports it (`free -b` / 2^30). Needed for render; apply checks it against"
+        " the node and fails if they differ by more than 2%. DGX Spark: about 121.7.",
+        unit="GiB",
+        gt=0,
+        le=65536,
+    )
+    device_profile: DeviceProfile = setting(
+        "auto",
+        "Device class. auto = detected on apply (nvidia-smi name, device tree, cpuinfo, rocminfo); a declared"
+        " value that disagrees with the node is an error.",
+    )
+
+
+class ConnectionSettings(Settings):
+    """How the operator's machine reaches the node (never written to the node)."""
+
+    ssh_host: str = required("Address of the node's management interface (IP or DNS name).", min_length=1)
+    ssh_port: int = setting(22, "SSH port.", ge=1, le=65535)
+    ssh_user: str = setting("root", "SSH user; a non-root user needs passwordless sudo and `sudo: true`.", min_length=1)
+    ssh_key: str | None = setting(None, "Private key file (relative paths are relative to the inventory).")
+    ssh_known_hosts_file: str | None = setting(
+        None, "known_hosts file to check host keys against (relative to the inventory); default ~/.ssh/known_hosts."
+    )
+    ssh_host_key_checking: Literal["yes", "accept-new"] = setting(
+        "accept-new",
+        "yes = the key must already be known; accept-new = trust on first use. A CHANGED key is always refused.",
+    )
+    sudo: bool = setting(False, "Run every operation through sudo (for a non-root ssh_user).")
+
+    @classmethod
+    def connection_fields(cls) -> tuple[str, ...]:
+        return tuple(ConnectionSettings.model_fields)
+
+
+@lru_cache(maxsize=1)
+def host_config_model() -> type[ConnectionSettings]:
+    """HostConfig = connection settings + ``node`` + one block per registered role."""
+    from roles import ROLES
+
+    role_fields = {role.name: (role.settings, role.settings()) for role in ROLES}
+    return create_model(  # type: ignore[call-overload]
+        "HostConfig",
+        __base__=ConnectionSettings,
+        __doc__="All settings of one host.",
+        node=(NodeSettings, NodeSettings()),
+        **role_fields,
+    )
+
+
+# For type annotations only: the real class is built from the registry.
+HostConfig = ConnectionSettings

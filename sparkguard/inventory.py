@@ -1,0 +1,365 @@
+"""Ansible-like YAML inventory: groups, hosts and vars, validated before any SSH.
+
+Layout of an inventory directory::
+
+    hosts.yml             all: {vars: {...}, hosts: {...}, children: {GROUP: {...}}}
+    group_vars/GROUP.yml  optional, overrides the group's inline vars
+    host_vars/HOST.yml    optional, overrides the host's inline vars
+    inventory.py          the adapter that lets plain `pyinfra` read this directory
+
+Precedence, low to high: role defaults < all < groups (parents before children,
+siblings by name) < host. Mappings merge key by key, so a group can set
+``earlyoom.term_percent`` and a host ``earlyoom.kill_percent``; lists and
+scalars replace.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from .errors import MISSING, ConfigError, Problem
+from .hostconfig import ConnectionSettings, host_config_model
+
+GROUP_KEYS = ("hosts", "vars", "children")
+HOSTS_FILE = "hosts.yml"
+
+
+@dataclass
+class InventoryHost:
+    name: str
+    groups: tuple[str, ...]
+    config: Any  # the HostConfig model instance
+    sources: dict[str, str] = field(repr=False, default_factory=dict)
+
+    def pyinfra_data(self) -> dict[str, Any]:
+        """Host data in pyinfra's vocabulary, plus the validated settings."""
+        cfg = self.config
+        data: dict[str, Any] = {
+            "ssh_hostname": cfg.ssh_host,
+            "ssh_port": cfg.ssh_port,
+            "ssh_user": cfg.ssh_user,
+            "ssh_strict_host_key_checking": cfg.ssh_host_key_checking,
+            "ssh_connect_retries": 0,
+            "sparkguard": cfg.model_dump(mode="json"),
+        }
+        if cfg.ssh_key:
+            data["ssh_key"] = cfg.ssh_key
+        if cfg.ssh_known_hosts_file:
+            data["ssh_known_hosts_file"] = cfg.ssh_known_hosts_file
+        if cfg.sudo:
+            data["_sudo"] = True
+        return data
+
+
+@dataclass
+class Inventory:
+    path: Path
+    hosts: list[InventoryHost]
+    groups: dict[str, list[str]]
+
+    def host(self, name: str) -> InventoryHost:
+        for entry in self.hosts:
+            if entry.name == name:
+                return entry
+        raise KeyError(name)
+
+
+def locate(path: str | Path) -> Path:
+    """Accept the directory, its hosts.yml, or its inventory.py adapter."""
+    candidate = Path(path)
+    if candidate.is_dir():
+        candidate = candidate / HOSTS_FILE
+    elif candidate.suffix == ".py":
+        candidate = candidate.parent / HOSTS_FILE
+    if not candidate.is_file():
+        raise ConfigError(
+            [Problem("", "", str(path), f"no inventory found: expected a directory with {HOSTS_FILE}, "
+                     f"its {HOSTS_FILE}, or its inventory.py adapter")]
+        )
+    return candidate.resolve()
+
+
+def _read_yaml(path: Path, display: str) -> Any:
+    try:
+        with path.open(encoding="utf-8") as handle:
+            return yaml.safe_load(handle)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError([Problem("", "", MISSING, f"is not valid YAML{where}: {problem}", source=display)])
+
+
+def _deep_merge(target: dict, layer: dict, label: str, sources: dict[str, str], prefix: str = "") -> None:
+    for key, value in layer.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, dict) and isinstance(target.get(key), dict):
+            _deep_merge(target[key], value, label, sources, dotted + ".")
+        else:
+            target[key] = _copy(value)
+            for existing in [p for p in sources if p.startswith(dotted + ".")]:
+                del sources[existing]
+            _record(value, label, sources, dotted)
+
+
+def _record(value: Any, label: str, sources: dict[str, str], dotted: str) -> None:
+    sources[dotted] = label
+    if isinstance(value, dict):
+        for key, sub in value.items():
+            _record(sub, label, sources, f"{dotted}.{key}")
+
+
+def _copy(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_copy(v) for v in value]
+    return value
+
+
+class _Loader:
+    """Walks hosts.yml and the *_vars directories, keeping where each value came from."""
+
+    def __init__(self, hosts_file: Path):
+        self.hosts_file = hosts_file
+        self.root = hosts_file.parent
+        self.display = _display(hosts_file)
+        self.problems: list[Problem] = []
+        self.group_layers: dict[str, list[tuple[str, dict]]] = {}
+        self.group_depth: dict[str, int] = {}
+        self.host_groups: dict[str, list[str]] = {}
+        self.host_inline: dict[str, dict] = {}
+        self.group_members: dict[str, list[str]] = {}
+
+    def load(self) -> None:
+        document = _read_yaml(self.hosts_file, self.display)
+        if document is None:
+            document = {}
+        if not isinstance(document, dict):
+            self._problem("", "", type(document).__name__, "the top level must be a mapping of groups, e.g. `all:`")
+            return
+        top = document.get("all") or {}
+        others = {k: v for k, v in document.items() if k != "all"}
+        if others and isinstance(top, dict):
+            # Top-level groups other than `all` are its children, as in Ansible.
+            top = dict(top)
+            top["children"] = {**(top.get("children") or {}), **others}
+        self._walk_group("all", top, depth=0, parents=())
+
+    def _problem(self, host: str, path: str, value: Any, allowed: str, source: str | None = None) -> None:
+        self.problems.append(Problem(host, path, value, allowed, source or self.display))
+
+    def _walk_group(self, name: str, body: Any, depth: int, parents: tuple[str, ...]) -> None:
+        if body is None:
+            body = {}
+        if not isinstance(body, dict):
+            self._problem("", f"group {name}", body, "a group must be a mapping with keys hosts, vars, children")
+            return
+        for key in body:
+            if key not in GROUP_KEYS:
+                hint = _did_you_mean(key, GROUP_KEYS)
+                self._problem("", f"group {name}.{key}", body[key],
+                              f"unknown group key{hint}; allowed: {', '.join(GROUP_KEYS)}")
+        lineage = parents + (name,)
+        self.group_depth[name] = max(self.group_depth.get(name, 0), depth)
+        layers = self.group_layers.setdefault(name, [])
+        inline = body.get("vars") or {}
+        if not isinstance(inline, dict):
+            self._problem("", f"group {name}.vars", inline, "vars must be a mapping of setting: value")
+            inline = {}
+        if inline:
+            layers.append((f"{self.display} (group {name} vars)", inline))
+        group_file = self.root / "group_vars" / f"{name}.yml"
+        if group_file.is_file() and not any(label.startswith(_display(group_file)) for label, _ in layers):
+            data = _read_yaml(group_file, _display(group_file)) or {}
+            if isinstance(data, dict):
+                layers.append((_display(group_file), data))
+            else:
+                self._problem("", "", data, "a group_vars file must be a mapping", _display(group_file))
+
+        hosts = body.get("hosts") or {}
+        if isinstance(hosts, list):
+            hosts = {h: None for h in hosts}
+        if not isinstance(hosts, dict):
+            self._problem("", f"group {name}.hosts", hosts, "hosts must be a mapping of host name: vars")
+            hosts = {}
+        for host, host_vars in hosts.items():
+            host = str(host)
+            for group in lineage:
+                groups = self.host_groups.setdefault(host, [])
+                if group not in groups:
+                    groups.append(group)
+                members = self.group_members.setdefault(group, [])
+                if host not in members:
+                    members.append(host)
+            if host_vars is None:
+                host_vars = {}
+            if not isinstance(host_vars, dict):
+                self._problem(host, "", host_vars, "host vars must be a mapping of setting: value")
+                continue
+            merged = self.host_inline.setdefault(host, {})
+            merged.update(host_vars)
+
+        children = body.get("children") or {}
+        if not isinstance(children, dict):
+            self._problem("", f"group {name}.children", children, "children must be a mapping of group name: group")
+            return
+        for child, child_body in children.items():
+            self._walk_group(str(child), child_body, depth + 1, lineage)
+
+    def layers_for(self, host: str) -> list[tuple[str, dict]]:
+        groups = sorted(self.host_groups.get(host, ["all"]), key=lambda g: (self.group_depth.get(g, 0), g))
+        layers: list[tuple[str, dict]] = []
+        for group in groups:
+            layers.extend(self.group_layers.get(group, []))
+        if self.host_inline.get(host):
+            layers.append((f"{self.display} (host {host})", self.host_inline[host]))
+        host_file = self.root / "host_vars" / f"{host}.yml"
+        if host_file.is_file():
+            data = _read_yaml(host_file, _display(host_file)) or {}
+            if isinstance(data, dict):
+                layers.append((_display(host_file), data))
+            else:
+                self._problem(host, "", data, "a host_vars file must be a mapping", _display(host_file))
+        return layers
+
+
+def _display(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def _did_you_mean(key: str, allowed: Any) -> str:
+    close = difflib.get_close_matches(str(key), [str(a) for a in allowed], n=1, cutoff=0.6)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def _model_at(model: type[BaseModel], loc: tuple) -> tuple[type[BaseModel] | None, Any]:
+    """Return (the model that owns loc[-1], its FieldInfo or None)."""
+    current: Any = model
+    for part in loc[:-1]:
+        if not (isinstance(current, type) and issubclass(current, BaseModel)):
+            return None, None
+        info = current.model_fields.get(str(part))
+        if info is None:
+            return None, None
+        current = info.annotation
+    if isinstance(current, type) and issubclass(current, BaseModel):
+        return current, current.model_fields.get(str(loc[-1])) if loc else None
+    return None, None
+
+
+def _describe(info: Any) -> str:
+    if info is None:
+        return ""
+    extra = info.json_schema_extra or {}
+    unit = f" [{extra['unit']}]" if isinstance(extra, dict) and extra.get("unit") else ""
+    return f" ({info.description}{unit})" if info.description else unit
+
+
+def problems_from_validation(host: str, error: ValidationError, model: type[BaseModel],
+                             sources: dict[str, str], default_source: str) -> list[Problem]:
+    problems = []
+    for item in error.errors():
+        loc = tuple(item["loc"])
+        dotted = ".".join(str(p) for p in loc)
+        owner, info = _model_at(model, loc)
+        source = _source_for(dotted, sources) or default_source
+        kind = item["type"]
+        if kind == "extra_forbidden":
+            allowed_keys = sorted(owner.model_fields) if owner else []
+            hint = _did_you_mean(loc[-1], allowed_keys)
+            allowed = f"unknown setting{hint}; allowed here: {', '.join(allowed_keys)}"
+            problems.append(Problem(host, dotted, item["input"], allowed, source))
+        elif kind == "missing":
+            problems.append(Problem(host, dotted, MISSING, f"is required{_describe(info)}", source))
+        else:
+            message = item["msg"]
+            problems.append(Problem(host, dotted, item.get("input"), f"not allowed: {message}{_describe(info)}", source))
+    return problems
+
+
+def _source_for(dotted: str, sources: dict[str, str]) -> str:
+    parts = dotted.split(".")
+    while parts:
+        label = sources.get(".".join(parts))
+        if label:
+            return label
+        parts.pop()
+    return ""
+
+
+def _resolve_paths(values: dict, root: Path) -> None:
+    for key in ("ssh_key", "ssh_known_hosts_file"):
+        value = values.get(key)
+        if isinstance(value, str) and value and not value.startswith(("/", "~")):
+            values[key] = str((root / value).resolve())
+        elif isinstance(value, str) and value.startswith("~"):
+            values[key] = str(Path(value).expanduser())
+
+
+def load_inventory(path: str | Path, *, check_roles: bool = True) -> Inventory:
+    """Load, merge and validate; raise ConfigError listing every problem found."""
+    hosts_file = locate(path)
+    loader = _Loader(hosts_file)
+    loader.load()
+    if not loader.host_groups and not loader.problems:
+        loader._problem("", "hosts", MISSING, "the inventory defines no hosts")
+    model = host_config_model()
+    hosts: list[InventoryHost] = []
+    problems = list(loader.problems)
+    for name in loader.host_groups:
+        merged: dict = {}
+        sources: dict[str, str] = {}
+        for label, layer in loader.layers_for(name):
+            _deep_merge(merged, layer, label, sources)
+        _resolve_paths(merged, hosts_file.parent)
+        default_source = f"{loader.display} (host {name})"
+        try:
+            config = model.model_validate(merged)
+        except ValidationError as exc:
+            problems.extend(problems_from_validation(name, exc, model, sources, default_source))
+            continue
+        if check_roles:
+            problems.extend(role_problems(name, config, sources, default_source))
+        hosts.append(InventoryHost(name, tuple(loader.host_groups[name]), config, sources))
+    problems.extend(p for p in loader.problems if p not in problems)
+    if problems:
+        raise ConfigError(_unique(problems))
+    groups = {g: list(members) for g, members in loader.group_members.items()}
+    return Inventory(path=hosts_file.parent, hosts=hosts, groups=groups)
+
+
+def role_problems(host: str, config: Any, sources: dict[str, str], default_source: str) -> list[Problem]:
+    """Cross-field checks each role declares (thresholds in order, budgets that fit)."""
+    from roles import ROLES
+
+    problems = []
+    for role in ROLES:
+        if role.checks is None or not role.enabled(config):
+            continue
+        for problem in role.checks(config):
+            source = problem.source or _source_for(problem.field, sources) or default_source
+            problems.append(Problem(host, problem.field, problem.value, problem.allowed, source))
+    return problems
+
+
+def _unique(problems: list[Problem]) -> list[Problem]:
+    seen, result = set(), []
+    for problem in problems:
+        key = problem.paragraph()
+        if key not in seen:
+            seen.add(key)
+            result.append(problem)
+    return result
+
+
+__all__ = ["Inventory", "InventoryHost", "load_inventory", "locate", "ConnectionSettings"]

@@ -1,0 +1,96 @@
+"""pyinfra operations sparkguard needs that pyinfra lacks.
+
+pyinfra has no Ansible-style ``validate:``. ``managed_file`` stages the new
+content next to the live file, runs the validator on the staged copy, and only
+then renames it into place, so a config that sshd/promtool/systemd would reject
+never replaces a working one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import posixpath
+import shlex
+
+from pyinfra import host
+from pyinfra.api import FactBase, FileUploadCommand, StringCommand, operation
+
+
+class ManagedFileState(FactBase):
+    """Mode, owner, group and sha256 of a file in one round trip; None if absent.
+
+    Example::
+
+        host.get_fact(ManagedFileState, path="/etc/default/earlyoom")
+        # {"mode": "644", "owner": "root", "group": "root", "sha256": "ab12..."}
+    """
+
+    def command(self, path: str) -> str:
+        q = shlex.quote(path)
+        return (
+            f"if [ -f {q} ]; then stat -c '%a %U %G' {q} && sha256sum {q} | cut -d' ' -f1; "
+            f"else echo absent; fi"
+        )
+
+    def process(self, output):
+        lines = [line.strip() for line in output if line.strip()]
+        if not lines or lines[0] == "absent":
+            return None
+        mode, owner, group = lines[0].split()
+        return {"mode": mode, "owner": owner, "group": group, "sha256": lines[1] if len(lines) > 1 else ""}
+
+
+def _normal_mode(mode: str) -> str:
+    return str(int(str(mode), 8) and oct(int(str(mode), 8))[2:])
+
+
+@operation()
+def managed_file(path: str, content: str, mode: str = "0644", owner: str = "root", group: str = "root",
+                 validate: str | None = None):
+    """Install exact content at ``path``; validate a staged copy before it goes live.
+
+    + path: absolute path on the node
+    + content: the full file content
+    + mode/owner/group: ownership and permissions of the installed file
+    + validate: shell command run on the staged copy, ``{path}`` replaced by its location;
+      a non-zero exit leaves the live file untouched and fails the operation
+
+    Example::
+
+        managed_file(
+            name="sshd drop-in",
+            path="/etc/ssh/sshd_config.d/50-sparkguard.conf",
+            content=rendered,
+            validate="sshd -t -f {path}",
+        )
+    """
+    data = content.encode()
+    want_sha = hashlib.sha256(data).hexdigest()
+    want_mode = _normal_mode(mode)
+    current = host.get_fact(ManagedFileState, path=path)
+
+    if current is not None and current["sha256"] == want_sha:
+        if current["mode"] != want_mode:
+            yield StringCommand("chmod", mode, shlex.quote(path))
+        if (current["owner"], current["group"]) != (owner, group):
+            yield StringCommand("chown", f"{owner}:{group}", shlex.quote(path))
+        return
+
+    directory, name = posixpath.split(path)
+    stage_dir = posixpath.join(directory, ".sparkguard-stage")
+    staged = posixpath.join(stage_dir, name)
+    q_dir, q_staged, q_path = (shlex.quote(p) for p in (stage_dir, staged, path))
+    yield StringCommand(f"mkdir -p {shlex.quote(directory)} && mkdir -p -m 0700 {q_dir}")
+    yield FileUploadCommand(io.BytesIO(data), staged, remote_temp_filename=host.get_temp_filename(path))
+    yield StringCommand(f"chown {owner}:{group} {q_staged} && chmod {mode} {q_staged}")
+    if validate:
+        check = validate.replace("{path}", q_staged)
+        yield StringCommand(
+            "sh", "-c",
+            shlex.quote(
+                f"{check} || {{ echo 'sparkguard: validation failed for {path}; the live file was not touched'"
+                f" >&2; rm -rf {q_dir}; exit 1; }}"
+            ),
+        )
+    yield StringCommand(f"mv -f {q_staged} {q_path} && rmdir {q_dir}")

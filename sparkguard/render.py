@@ -1,0 +1,80 @@
+"""Render every file each host would receive, for review in pull requests.
+
+Output: ``OUT/<host>/<absolute path>`` with the exact bytes apply installs, and
+``OUT/<host>.state.yml`` listing packages, modes, validators and services.
+Deterministic: same inventory, same bytes. Secrets become a placeholder.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import yaml
+
+from .converge import node_profile
+from .errors import ConfigError, Problem
+from .inventory import Inventory, InventoryHost
+from .role import RoleContext
+from .state import DesiredState
+
+SECRET_PLACEHOLDER = "# secret: rendered on apply only; the value never leaves the operator's machine in a render\n"
+
+
+def host_states(entry: InventoryHost) -> list[DesiredState]:
+    """Desired state of every enabled role for one host (pure: no SSH)."""
+    from roles import ROLES
+
+    ctx = RoleContext(host=entry.name, config=entry.config, node=node_profile(entry.config))
+    return [role.desired_state(ctx) for role in ROLES if role.enabled(entry.config)]
+
+
+def _summary(states: list[DesiredState]) -> dict:
+    return {
+        state.role: {
+            "packages": list(state.packages),
+            "directories": [f"{d.path} {d.mode} {d.owner}:{d.group}" for d in state.directories],
+            "files": [
+                {"path": f.path, "mode": f.mode, "owner": f"{f.owner}:{f.group}",
+                 **({"validate": f.validate} if f.validate else {}), **({"secret": True} if f.secret else {})}
+                for f in state.files
+            ],
+            "services": [
+                {"name": s.name, "enabled": s.enabled, "running": s.running,
+                 **({"restart_on": list(s.restart_on)} if s.restart_on else {}),
+                 **({"reload_on": list(s.reload_on)} if s.reload_on else {})}
+                for s in state.services
+            ],
+            "sysctls": dict(sorted(state.sysctls.items())),
+        }
+        for state in states
+    }
+
+
+def render_inventory(inventory: Inventory, out: Path) -> list[Path]:
+    """Write the render; return the paths written (sorted)."""
+    missing = [
+        Problem(h.name, "node.memory_total_gib", None,
+                "render needs the node's MemTotal declared (apply reads it from the node; render is offline)",
+                h.sources.get("node.memory_total_gib", str(inventory.path / "hosts.yml")))
+        for h in inventory.hosts if h.config.node.memory_total_gib is None
+    ]
+    if missing:
+        raise ConfigError(missing)
+    out.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    for entry in sorted(inventory.hosts, key=lambda h: h.name):
+        host_dir = out / entry.name
+        if host_dir.exists():
+            shutil.rmtree(host_dir)
+        states = host_states(entry)
+        for state in states:
+            for managed in state.files:
+                target = host_dir / managed.path.lstrip("/")
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_text(SECRET_PLACEHOLDER if managed.secret else managed.content)
+                written.append(target)
+        summary = out / f"{entry.name}.state.yml"
+        summary.write_text(yaml.safe_dump(_summary(states), sort_keys=True, default_flow_style=False))
+        written.append(summary)
+    return sorted(written)

@@ -1,0 +1,68 @@
+"""A role: one concern, its settings, and a pure desired-state function.
+
+Roles never talk to a node themselves. ``converge`` turns their desired state
+into pyinfra operations, ``render`` into files for review, so the two can
+never disagree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .errors import Problem
+from .settings import Settings
+from .state import DesiredState
+
+if TYPE_CHECKING:
+    from .hostconfig import HostConfig
+
+
+@dataclass(frozen=True)
+class NodeProfile:
+    """What a role may know about the node: only what the inventory declares.
+
+    Roles never vary their output on live facts, so ``render`` (offline) and
+    apply produce the same bytes; apply checks the declaration against the node.
+    """
+
+    memory_total_bytes: int | None
+    device_class: str
+
+    @property
+    def unified_memory(self) -> bool | None:
+        """None while the device profile is 'auto' (unknown until apply)."""
+        from .facts import UNIFIED_CLASSES
+
+        if self.device_class == "auto":
+            return None
+        return self.device_class in UNIFIED_CLASSES
+
+
+@dataclass(frozen=True)
+class RoleContext:
+    host: str
+    config: "HostConfig"
+    node: NodeProfile
+
+    def settings(self, role: str) -> Any:
+        return getattr(self.config, role)
+
+
+@dataclass(frozen=True)
+class Role:
+    """Example::
+
+        ROLE = Role(name="base", settings=BaseSettings, desired_state=desired_state,
+                    summary="sparkguard's directory layout and node.json")
+    """
+
+    name: str
+    settings: type[Settings]
+    desired_state: Callable[[RoleContext], DesiredState]
+    summary: str
+    checks: Callable[["HostConfig"], Iterable[Problem]] | None = None
+
+    def enabled(self, config: "HostConfig") -> bool:
+        return bool(getattr(getattr(config, self.name), "enabled", True))

@@ -1,0 +1,206 @@
+"""Run a sparkguard deploy through pyinfra's API and say plainly what happened.
+
+Plain ``pyinfra INVENTORY deploy/site.py`` works too; this runner adds what an
+operator needs on top: all hosts must be reachable before anything is touched
+(no half-applied fleet), a changed host key after a reimage is explained, and
+results come back as data (changed operations per host) rather than text.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from pyinfra.api import Config, State
+from pyinfra.api import Inventory as PyinfraInventory
+from pyinfra.api.connect import connect_all, disconnect_all
+from pyinfra.api.deploy import add_deploy
+from pyinfra.api.exceptions import PyinfraError
+from pyinfra.api.operations import run_ops
+from pyinfra.api.state import BaseStateCallback, StateStage
+
+from .converge import PreflightError, _node_info_cache
+from .errors import ConfigError, ConnectError, Problem
+from .facts import NodeInfo
+from .inventory import Inventory, InventoryHost
+
+
+@dataclass
+class HostResult:
+    host: str
+    operations: int = 0
+    changed: int = 0
+    changed_names: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    node: NodeInfo | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+
+@dataclass
+class ApplyResult:
+    dry: bool
+    hosts: list[HostResult]
+
+    @property
+    def ok(self) -> bool:
+        return all(h.ok for h in self.hosts)
+
+    @property
+    def changed(self) -> int:
+        return sum(h.changed for h in self.hosts)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "dry": self.dry,
+            "ok": self.ok,
+            "changed": self.changed,
+            "hosts": [
+                {
+                    "host": h.host,
+                    "ok": h.ok,
+                    "operations": h.operations,
+                    "changed": h.changed,
+                    "changed_operations": h.changed_names,
+                    "errors": h.errors,
+                    "node": None if h.node is None else {
+                        "memory_total_bytes": h.node.memory_total_bytes,
+                        "device_class": h.node.device_class,
+                        "distro": f"{h.node.distro_id} {h.node.distro_version}".strip(),
+                        "earlyoom_version": ".".join(map(str, h.node.earlyoom_version or ())) or None,
+                    },
+                }
+                for h in self.hosts
+            ],
+        }
+
+
+class _ConnectErrors(BaseStateCallback):
+    def __init__(self) -> None:
+        self.errors: dict[str, str] = {}
+
+    def host_connect_error(self, state, host, error) -> None:  # type: ignore[override]
+        self.errors[host.name] = str(error.args[0] if getattr(error, "args", None) else error)
+
+
+def explain_connect_error(entry: InventoryHost, message: str) -> str:
+    """One actionable paragraph per unreachable host."""
+    cfg = entry.config
+    where = f"{cfg.ssh_user}@{cfg.ssh_host}:{cfg.ssh_port}"
+    known_hosts = cfg.ssh_known_hosts_file or "~/.ssh/known_hosts"
+    key_entry = cfg.ssh_host if cfg.ssh_port == 22 else f"[{cfg.ssh_host}]:{cfg.ssh_port}"
+    if "host key" in message.lower() and "does not match" in message.lower():
+        advice = (
+            f"the SSH host key of {cfg.ssh_host} has CHANGED since it was recorded in {known_hosts}. "
+            f"If the node was reimaged, check the new key's fingerprint out of band (console or BMC: "
+            f"`ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub`), then remove the old entry with "
+            f"`ssh-keygen -R '{key_entry}' -f {known_hosts}` and run again. If nobody reimaged it, stop: "
+            f"the connection may be intercepted"
+        )
+    elif "no host key" in message.lower():
+        advice = (
+            f"the host key of {cfg.ssh_host} is not in {known_hosts} and ssh_host_key_checking is 'yes'. "
+            f"Fetch it with `ssh-keyscan -p {cfg.ssh_port} {cfg.ssh_host}`, compare its fingerprint with the "
+            f"node's console, append it to {known_hosts}, and run again"
+        )
+    elif "authentication" in message.lower():
+        advice = (
+            f"SSH authentication as '{cfg.ssh_user}' failed ({message}). Check ssh_user and ssh_key "
+            f"({cfg.ssh_key or 'agent/default keys'}) in the inventory"
+        )
+    else:
+        advice = (
+            f"cannot reach {where} ({message}). Check ssh_host/ssh_port in the inventory, that the node is "
+            f"up and that sshd listens there"
+        )
+    return f"{advice}. Nothing was applied to any node."
+
+
+def _quiet_pyinfra(verbose: bool) -> None:
+    logging.getLogger("pyinfra").setLevel(logging.INFO if verbose else logging.CRITICAL)
+
+
+def run_deploy(inventory: Inventory, deploy_factory: Callable[[], Callable[[], None]], *, dry: bool = False,
+               limit: list[str] | None = None, verbose: bool = False) -> ApplyResult:
+    """Connect to every host, refuse if any is unreachable, then prepare and (unless dry) execute."""
+    import pyinfra
+
+    pyinfra.is_cli = False
+    _quiet_pyinfra(verbose)
+    _node_info_cache.clear()
+    entries = [h for h in inventory.hosts if not limit or h.name in limit or set(h.groups) & set(limit)]
+    if not entries:
+        raise ConfigError([Problem("", "--limit", limit, "matches no host or group in the inventory")])
+    groups = {g: ([m for m in members if any(e.name == m for e in entries)], {})
+              for g, members in inventory.groups.items() if g != "all"}
+    py_inventory = PyinfraInventory(([(h.name, h.pyinfra_data()) for h in entries], {}), **groups)
+    config = Config(CONNECT_TIMEOUT=int(os.environ.get("SPARKGUARD_CONNECT_TIMEOUT", "10")))
+    state = State(check_for_changes=dry)
+    errors = _ConnectErrors()
+    state.init(py_inventory, config)
+    state.add_callback_handler(errors)
+
+    state.set_stage(StateStage.Connect)
+    try:
+        connect_all(state)
+    except PyinfraError:
+        pass  # "No hosts remaining!": every host failed; explained below
+    try:
+        if errors.errors:
+            raise ConnectError("\n\n".join(
+                f"host '{name}': {explain_connect_error(inventory.host(name), message)}"
+                for name, message in sorted(errors.errors.items())
+            ))
+
+        state.set_stage(StateStage.Prepare)
+        try:
+            add_deploy(state, deploy_factory())
+        except PreflightError as error:
+            raise ConfigError(error.problems)
+
+        if not dry:
+            state.set_stage(StateStage.Execute)
+            run_ops(state)
+        return _collect(state, entries, dry)
+    finally:
+        state.set_stage(StateStage.Disconnect)
+        disconnect_all(state)
+
+
+def _collect(state: State, entries: list[InventoryHost], dry: bool) -> ApplyResult:
+    results = []
+    for entry in entries:
+        host = state.inventory.get_host(entry.name)
+        result = HostResult(entry.name, node=_node_info_cache.get(entry.name))
+        failed_before = host in state.failed_hosts
+        for op_hash in state.get_op_order():
+            if op_hash not in state.ops[host]:
+                continue
+            meta = state.ops[host][op_hash].operation_meta
+            name = ", ".join(sorted(state.op_meta[op_hash].names))
+            result.operations += 1
+            if dry:
+                if meta.will_change:
+                    result.changed += 1
+                    result.changed_names.append(name)
+                continue
+            if not meta.is_complete():
+                continue
+            if meta.did_error():
+                detail = " ".join(line.strip() for line in meta.stderr_lines[-5:] if line.strip())
+                result.errors.append(f"operation '{name}' failed: {detail or 'see -v output'}")
+            elif meta.did_change():
+                result.changed += 1
+                result.changed_names.append(name)
+        if (failed_before or host in state.failed_hosts) and not result.errors:
+            result.errors.append("host failed during the run (see -v output)")
+        if result.errors:
+            result.errors.append(
+                "Operations listed as changed were applied; the rest were not. Fix the error and apply again."
+            )
+        results.append(result)
+    return ApplyResult(dry=dry, hosts=results)

@@ -1,0 +1,339 @@
+"""Local sandbox nodes: real Debian + real systemd, booted with systemd-nspawn.
+
+Each node is a copy of a cached debootstrap rootfs, booted as a container that
+shares the host's network namespace. Nodes never clash because each one gets
+its own loopback address (all of 127.0.0.0/8 is local) and every listener is
+bound to it, the way real nodes bind to their management interface. apt inside
+the nodes reaches the Debian registry through the host's network.
+
+Needs root on Linux, debootstrap, systemd-container and ssh-keygen.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import yaml
+
+from .errors import SparkguardError
+from .paths import REPO_ROOT
+from .pyinfra_inventory import write_adapter
+
+RELEASES = ("bookworm", "trixie")
+MIRROR = "http://deb.debian.org/debian"
+INCLUDE = "systemd,systemd-sysv,dbus,openssh-server,iproute2,python3,procps,sudo,ca-certificates"
+DEFAULT_STATE_DIR = Path(os.environ.get("SPARKGUARD_SANDBOX_DIR", "/var/lib/sparkguard/sandbox"))
+DEFAULT_CACHE_DIR = Path(os.environ.get("SPARKGUARD_CACHE_DIR", "/var/cache/sparkguard/rootfs"))
+DEFAULT_INVENTORY_DIR = REPO_ROOT / "inventory" / "sandbox"
+DEFAULT_NET = "127.0.10"
+BOOT_TIMEOUT = 90
+
+
+class SandboxError(SparkguardError):
+    exit_code = 1
+
+
+@dataclass
+class Node:
+    name: str
+    machine: str
+    address: str
+    rootfs: str
+    pid: int | None = None
+
+    def alive(self) -> bool:
+        return self.pid is not None and _pid_alive(self.pid)
+
+
+@dataclass
+class Sandbox:
+    state_dir: Path
+    inventory_dir: Path
+    release: str
+    net: str
+    nodes: list[Node]
+
+    @property
+    def key(self) -> Path:
+        return self.state_dir / "ssh" / "id_ed25519"
+
+    @property
+    def known_hosts(self) -> Path:
+        return self.state_dir / "known_hosts"
+
+    def save(self) -> None:
+        record = {"release": self.release, "net": self.net, "inventory_dir": str(self.inventory_dir),
+                  "nodes": [asdict(n) for n in self.nodes]}
+        (self.state_dir / "sandbox.json").write_text(json.dumps(record, indent=2) + "\n")
+
+    @classmethod
+    def load(cls, state_dir: Path) -> "Sandbox | None":
+        record_file = state_dir / "sandbox.json"
+        if not record_file.exists():
+            return None
+        record = json.loads(record_file.read_text())
+        return cls(state_dir, Path(record["inventory_dir"]), record["release"], record["net"],
+                   [Node(**n) for n in record["nodes"]])
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    return "State:\tZ" not in status
+
+
+def _run(cmd: list[str], **kwargs) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(cmd, check=True, capture_output=True, text=True, **kwargs)
+    except FileNotFoundError as exc:
+        raise SandboxError(f"sandbox: '{cmd[0]}' is not installed; install debootstrap, systemd-container and "
+                           f"openssh-client (the README's first command does)") from exc
+    except subprocess.CalledProcessError as exc:
+        raise SandboxError(f"sandbox: `{' '.join(cmd[:4])}...` failed (exit {exc.returncode}): "
+                           f"{(exc.stderr or exc.stdout or '').strip()[-800:]}") from exc
+
+
+def _require_root() -> None:
+    if os.geteuid() != 0:
+        raise SandboxError("sandbox: needs root (debootstrap and systemd-nspawn); run it with sudo")
+
+
+def ensure_rootfs(release: str, cache_dir: Path = DEFAULT_CACHE_DIR, log=print) -> Path:
+    """The cached debootstrap rootfs for a release, built once (~1 minute)."""
+    if release not in RELEASES:
+        raise SandboxError(f"sandbox: release '{release}' is not supported; choose one of {', '.join(RELEASES)}")
+    target = cache_dir / release
+    if (target / "usr/sbin/sshd").exists():
+        return target
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    partial = cache_dir / f"{release}.partial"
+    if partial.exists():
+        shutil.rmtree(partial)
+    log(f"sandbox: building the {release} rootfs with debootstrap (cached in {target}) ...")
+    _run(["debootstrap", "--variant=minbase", f"--include={INCLUDE}", release, str(partial), MIRROR])
+    for key in (partial / "etc/ssh").glob("ssh_host_*"):
+        key.unlink()
+    (partial / "etc/machine-id").write_text("")
+    partial.rename(target)
+    return target
+
+
+def _prepare_node(node: Node, template: Path, public_key: str, log) -> None:
+    rootfs = Path(node.rootfs)
+    if rootfs.exists():
+        shutil.rmtree(rootfs)
+    rootfs.parent.mkdir(parents=True, exist_ok=True)
+    _run(["cp", "-a", "--reflink=auto", str(template), str(rootfs)])
+    (rootfs / "etc/hostname").write_text(node.name + "\n")
+    (rootfs / "etc/hosts").write_text(f"127.0.0.1 localhost\n{node.address} {node.name}\n")
+    (rootfs / "etc/machine-id").write_text(uuid.uuid4().hex + "\n")
+    host_key = rootfs / "etc/ssh/ssh_host_ed25519_key"
+    _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"root@{node.name}", "-f", str(host_key)])
+    ssh_dir = rootfs / "root/.ssh"
+    ssh_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    (ssh_dir / "authorized_keys").write_text(public_key)
+    os.chmod(ssh_dir / "authorized_keys", 0o600)
+    (rootfs / "etc/ssh/sshd_config.d").mkdir(parents=True, exist_ok=True)
+    (rootfs / "etc/ssh/sshd_config.d/00-sandbox.conf").write_text(
+        "# sparkguard sandbox: this node's own loopback address, so nodes never clash.\n"
+        f"ListenAddress {node.address}\n"
+        "HostKey /etc/ssh/ssh_host_ed25519_key\n"
+        "PermitRootLogin prohibit-password\n"
+        "PasswordAuthentication no\n"
+    )
+    # An unprivileged operator account with sudo, like the laptop workflow's "ops" user.
+    (rootfs / "etc/sudoers.d/ops").write_text("ops ALL=(ALL) NOPASSWD:ALL\n")
+    os.chmod(rootfs / "etc/sudoers.d/ops", 0o440)
+    subprocess.run(["chroot", str(rootfs), "useradd", "-m", "-s", "/bin/bash", "ops"], capture_output=True)
+    ops_ssh = rootfs / "home/ops/.ssh"
+    ops_ssh.mkdir(mode=0o700, parents=True, exist_ok=True)
+    (ops_ssh / "authorized_keys").write_text(public_key)
+    subprocess.run(["chroot", str(rootfs), "chown", "-R", "ops:ops", "/home/ops/.ssh"], capture_output=True)
+
+
+def _boot(node: Node, log_file: Path) -> int:
+    handle = log_file.open("ab")
+    process = subprocess.Popen(
+        ["systemd-nspawn", "-D", node.rootfs, "-b", "--register=no", "--keep-unit",
+         "-M", node.machine, "--console=passive"],
+        stdin=subprocess.DEVNULL, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    return process.pid
+
+
+def _wait_for_ssh(node: Node, deadline: float) -> None:
+    while time.time() < deadline:
+        if not node.alive():
+            raise SandboxError(f"sandbox: node {node.name} exited while booting; see its console log")
+        try:
+            with socket.create_connection((node.address, 22), timeout=1) as conn:
+                conn.settimeout(2)
+                if conn.recv(64).startswith(b"SSH-"):
+                    return
+        except OSError:
+            pass
+        time.sleep(0.3)
+    raise SandboxError(f"sandbox: node {node.name} did not answer SSH on {node.address}:22 within {BOOT_TIMEOUT} s")
+
+
+def _host_memtotal_gib() -> float:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemTotal:"):
+            return round(int(line.split()[1]) / 2**20, 3)
+    raise SandboxError("sandbox: cannot read MemTotal")
+
+
+def write_inventory(box: Sandbox) -> Path:
+    box.inventory_dir.mkdir(parents=True, exist_ok=True)
+    document = {
+        "all": {
+            "vars": {
+                "ssh_user": "root",
+                "ssh_key": str(box.key),
+                "ssh_known_hosts_file": str(box.known_hosts),
+                "ssh_host_key_checking": "yes",
+                # nspawn nodes share the host kernel, so they see the host's MemTotal.
+                "node": {"memory_total_gib": _host_memtotal_gib(), "device_profile": "cpu-only"},
+            },
+            "children": {"sandbox": {"hosts": {n.name: {"ssh_host": n.address} for n in box.nodes}}},
+        }
+    }
+    header = (f"# Written by `sparkguard sandbox up` ({box.release}, {len(box.nodes)} nodes); rewritten on each up.\n"
+              f"# Add vars here to try settings against the sandbox.\n")
+    hosts_file = box.inventory_dir / "hosts.yml"
+    hosts_file.write_text(header + yaml.safe_dump(document, sort_keys=False))
+    write_adapter(box.inventory_dir, str(box.inventory_dir))
+    return hosts_file
+
+
+def up(nodes: int = 1, release: str = "bookworm", state_dir: Path = DEFAULT_STATE_DIR,
+       inventory_dir: Path = DEFAULT_INVENTORY_DIR, net: str = DEFAULT_NET, cache_dir: Path = DEFAULT_CACHE_DIR,
+       log=print) -> Path:
+    """Boot N nodes (reusing running ones) and write their inventory; return its hosts.yml."""
+    _require_root()
+    if not 1 <= nodes <= 64:
+        raise SandboxError(f"sandbox: --nodes {nodes} is out of range; allowed: 1..64")
+    existing = Sandbox.load(state_dir)
+    if existing and any(n.alive() for n in existing.nodes):
+        if len(existing.nodes) == nodes and existing.release == release and all(n.alive() for n in existing.nodes):
+            log(f"sandbox: {nodes} {release} node(s) already running")
+            return write_inventory(existing)
+        raise SandboxError(f"sandbox: a different sandbox is running in {state_dir}; run `sparkguard sandbox down` first")
+    template = ensure_rootfs(release, cache_dir, log)
+    (state_dir / "ssh").mkdir(parents=True, exist_ok=True)
+    os.chmod(state_dir, 0o700)
+    box = Sandbox(state_dir, inventory_dir.resolve(), release, net, [])
+    if not box.key.exists():
+        _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "sparkguard-sandbox", "-f", str(box.key)])
+    public_key = box.key.with_suffix(".pub").read_text()
+    prefix = "sg" + net.replace(".", "")[-6:]
+    for index in range(1, nodes + 1):
+        name = f"node-{index}"
+        box.nodes.append(Node(name, f"{prefix}-{name}", f"{net}.{index}",
+                              str(state_dir / "nodes" / name / "rootfs")))
+    known = []
+    try:
+        for node in box.nodes:
+            _prepare_node(node, template, public_key, log)
+            pub = (Path(node.rootfs) / "etc/ssh/ssh_host_ed25519_key.pub").read_text().split()
+            known.append(f"{node.address} {pub[0]} {pub[1]}\n")
+        box.known_hosts.write_text("".join(known))
+        for node in box.nodes:
+            node.pid = _boot(node, Path(node.rootfs).parent / "console.log")
+            box.save()
+        deadline = time.time() + BOOT_TIMEOUT
+        for node in box.nodes:
+            _wait_for_ssh(node, deadline)
+    except BaseException:
+        down(state_dir, log=lambda *_: None)
+        raise
+    box.save()
+    hosts_file = write_inventory(box)
+    log(f"sandbox: {nodes} {release} node(s) up: " + ", ".join(f"{n.name}={n.address}" for n in box.nodes))
+    return hosts_file
+
+
+def status(state_dir: Path = DEFAULT_STATE_DIR) -> list[dict]:
+    box = Sandbox.load(state_dir)
+    if box is None:
+        return []
+    rows = []
+    for node in box.nodes:
+        reachable = False
+        if node.alive():
+            try:
+                with socket.create_connection((node.address, 22), timeout=1):
+                    reachable = True
+            except OSError:
+                pass
+        rows.append({"node": node.name, "address": node.address, "release": box.release,
+                     "pid": node.pid, "running": node.alive(), "ssh": reachable})
+    return rows
+
+
+def _stop(node: Node, timeout: float = 20) -> None:
+    if not node.alive():
+        return
+    os.kill(node.pid, signal.SIGTERM)  # nspawn asks the node's systemd to power off cleanly
+    deadline = time.time() + timeout
+    while time.time() < deadline and node.alive():
+        time.sleep(0.2)
+    if node.alive():
+        try:
+            os.killpg(node.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        while node.alive():
+            time.sleep(0.1)
+    _reap(node.pid)
+
+
+def _reap(pid: int) -> None:
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+def _unmount_under(path: Path) -> None:
+    prefix = str(path.resolve())
+    mounts = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()]
+    for mount in sorted((m for m in mounts if m.startswith(prefix)), key=len, reverse=True):
+        subprocess.run(["umount", "-l", mount], capture_output=True)
+
+
+def down(state_dir: Path = DEFAULT_STATE_DIR, log=print) -> int:
+    """Stop every node, remove their rootfs copies and the sandbox inventory; return nodes stopped."""
+    _require_root()
+    box = Sandbox.load(state_dir)
+    if box is None:
+        log("sandbox: nothing to tear down")
+        return 0
+    for node in box.nodes:
+        _stop(node)
+        shutil.rmtree(f"/run/systemd/nspawn/propagate/{node.machine}", ignore_errors=True)
+    _unmount_under(state_dir)
+    shutil.rmtree(state_dir / "nodes", ignore_errors=True)
+    for name in ("hosts.yml", "inventory.py"):
+        (box.inventory_dir / name).unlink(missing_ok=True)
+    (state_dir / "sandbox.json").unlink(missing_ok=True)
+    box.known_hosts.unlink(missing_ok=True)
+    log(f"sandbox: {len(box.nodes)} node(s) stopped and removed")
+    return len(box.nodes)
