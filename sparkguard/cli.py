@@ -12,7 +12,7 @@ import importlib
 import sys
 
 from . import __version__
-from .errors import SparkguardError
+from .errors import ConfigError, SparkguardError
 
 COMMANDS = ("validate", "render", "apply", "sandbox", "docs")
 
@@ -33,6 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     except SparkguardError as error:
         for paragraph in error.paragraphs():
             print(f"sparkguard: {paragraph}\n", file=sys.stderr)
+        if isinstance(error, ConfigError):
+            print("sparkguard: nothing was touched on any node.", file=sys.stderr)
         return error.exit_code
     except KeyboardInterrupt:
         print("sparkguard: interrupted", file=sys.stderr)

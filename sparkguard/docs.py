@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+import types
+import typing
 from typing import Any
 
 from pydantic import BaseModel
@@ -9,9 +12,18 @@ from pydantic import BaseModel
 from .hostconfig import ConnectionSettings, NodeSettings
 
 
+_LIMIT_WORDS = {"gt": ">", "ge": ">=", "lt": "<", "le": "<=", "min_length": "min length", "max_length": "max length"}
+
+
 def _type_name(annotation: Any) -> str:
-    text = getattr(annotation, "__name__", None) or str(annotation)
-    return text.replace("typing.", "").replace("NoneType", "None")
+    origin = typing.get_origin(annotation)
+    if origin is typing.Literal:
+        return " / ".join(f"`{value}`" for value in typing.get_args(annotation))
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_type_name(arg) for arg in typing.get_args(annotation))
+    if origin is not None:
+        return str(annotation).replace("typing.", "")
+    return "none" if annotation is type(None) else getattr(annotation, "__name__", str(annotation))
 
 
 def _rows(model: type[BaseModel], prefix: str) -> list[str]:
@@ -23,8 +35,8 @@ def _rows(model: type[BaseModel], prefix: str) -> list[str]:
             continue
         extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
         default = "(required)" if info.is_required() else repr(info.get_default(call_default_factory=True))
-        limits = ", ".join(f"{type(m).__name__.lower()} {list(vars(m).values())[0]}" for m in info.metadata
-                           if vars(m))
+        limits = ", ".join(f"{_LIMIT_WORDS.get(k, k)} {v}" for m in info.metadata if dataclasses.is_dataclass(m)
+                           for k, v in dataclasses.asdict(m).items())
         rows.append(
             f"| `{prefix}{name}` | {_type_name(annotation)} | `{default}` | {extra.get('unit', '')} | "
             f"{(info.description or '').replace('|', '/')}{' Limits: ' + limits + '.' if limits else ''} |"

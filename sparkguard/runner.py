@@ -20,6 +20,7 @@ from pyinfra.api.deploy import add_deploy
 from pyinfra.api.exceptions import PyinfraError
 from pyinfra.api.operations import run_ops
 from pyinfra.api.state import BaseStateCallback, StateStage
+from pyinfra.connectors.sshuserclient.client import get_host_keys
 
 from .converge import PreflightError, _node_info_cache
 from .errors import ConfigError, ConnectError, Problem
@@ -132,6 +133,9 @@ def run_deploy(inventory: Inventory, deploy_factory: Callable[[], Callable[[], N
     pyinfra.is_cli = False
     _quiet_pyinfra(verbose)
     _node_info_cache.clear()
+    # pyinfra memoizes known_hosts per process; a long-lived caller (tests, a
+    # fixed known_hosts after a reimage) must see the file as it is now.
+    get_host_keys.cache.clear()  # type: ignore[attr-defined]
     entries = [h for h in inventory.hosts if not limit or h.name in limit or set(h.groups) & set(limit)]
     if not entries:
         raise ConfigError([Problem("", "--limit", limit, "matches no host or group in the inventory")])
@@ -164,7 +168,10 @@ def run_deploy(inventory: Inventory, deploy_factory: Callable[[], Callable[[], N
 
         if not dry:
             state.set_stage(StateStage.Execute)
-            run_ops(state)
+            try:
+                run_ops(state)
+            except PyinfraError:
+                pass  # "No hosts remaining!": every host failed an operation; reported per host below
         return _collect(state, entries, dry)
     finally:
         state.set_stage(StateStage.Disconnect)

@@ -1,0 +1,35 @@
+"""Shared test helpers: run the CLI as an operator would, write small inventories."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SPARKGUARD = [sys.executable, "-m", "sparkguard.cli"]
+
+
+def run_cli(*args: str, cwd: Path | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([*SPARKGUARD, *args], capture_output=True, text=True, cwd=cwd or REPO, timeout=timeout)
+
+
+def write_inventory(directory: Path, text: str) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "hosts.yml").write_text(textwrap.dedent(text))
+    return directory
+
+
+@pytest.fixture
+def inventory_dir(tmp_path):
+    """Write an inventory: ``inventory_dir(text)`` returns its directory."""
+    counter = iter(range(1000))
+    return lambda text: write_inventory(tmp_path / f"inv{next(counter)}", text)
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")

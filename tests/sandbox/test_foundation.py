@@ -1,0 +1,209 @@
+"""The foundation end to end: real deploy, real SSH (paramiko), real systemd nodes."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+from sparkguard.converge import site_deploy
+from sparkguard.inventory import load_inventory
+from sparkguard.operations import managed_file
+from sparkguard.render import render_inventory
+from sparkguard.runner import run_deploy
+from tests.conftest import REPO, run_cli
+
+NODES = ("node-1", "node-2")
+
+
+def apply(inventory_dir: Path, factory=site_deploy):
+    return run_deploy(load_inventory(inventory_dir), factory)
+
+
+def test_apply_site_to_two_nodes_then_second_apply_changes_nothing(sandbox_nodes):
+    first = apply(sandbox_nodes.inventory_dir)
+    assert first.ok, first.as_dict()
+    assert [h.host for h in first.hosts] == list(NODES)
+    assert all(h.changed > 0 for h in first.hosts)
+
+    second = apply(sandbox_nodes.inventory_dir)
+    assert second.ok, second.as_dict()
+    assert second.changed == 0, [h.changed_names for h in second.hosts]
+    assert all(h.operations > 0 for h in second.hosts)
+
+
+def test_node_state_is_byte_identical_to_render(sandbox_nodes, tmp_path):
+    apply(sandbox_nodes.inventory_dir)
+    render_inventory(load_inventory(sandbox_nodes.inventory_dir), tmp_path)
+    for node in NODES:
+        rendered = (tmp_path / node / "etc/sparkguard/node.json").read_text()
+        rc, out, _ = sandbox_nodes.ssh(node, "cat /etc/sparkguard/node.json; stat -c '%a %U %G' /etc/sparkguard/node.json"
+                                       " /var/lib/sparkguard; ls -A /etc/sparkguard")
+        assert rc == 0
+        content, _, meta = out.partition("\n}\n")
+        assert content + "\n}\n" == rendered
+        assert meta.splitlines() == ["644 root root", "755 root root", "node.json"]
+
+
+def test_plain_pyinfra_cli_applies_site(sandbox_nodes):
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "pyinfra"), "-y", "--json",
+         str(sandbox_nodes.inventory_dir / "inventory.py"), "deploy/site.py"],
+        capture_output=True, text=True, cwd=REPO, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    payload = json.loads(result.stdout[result.stdout.index("{"):])
+    operations = payload["results"]["operations"]
+    assert operations and all(op["error"] == [] for op in operations)
+    assert all(op["success"] == [] for op in operations), "site was already applied: pyinfra must change nothing"
+
+
+def test_validate_before_replace_keeps_live_file(sandbox_nodes):
+    path = "/etc/sparkguard-validate-test.conf"
+    assert sandbox_nodes.ssh("node-1", f"printf 'ok live\\n' > {path}")[0] == 0
+
+    def install(content):
+        def factory():
+            from pyinfra.api import deploy
+
+            @deploy("validated file test")
+            def run():
+                managed_file(name="validated test file", path=path, content=content, validate="grep -q '^ok' {path}")
+            return run
+        return run_deploy(load_inventory(sandbox_nodes.inventory_dir), factory)
+
+    broken = install("broken\n")
+    node1 = next(h for h in broken.hosts if h.host == "node-1")
+    assert not node1.ok
+    assert any("validation failed" in e for e in node1.errors), node1.errors
+    rc, out, _ = sandbox_nodes.ssh("node-1", f"cat {path}; ls -A /etc | grep -c sparkguard-stage || true")
+    assert out.splitlines() == ["ok live", "0"]
+
+    good = install("ok new\n")
+    assert good.ok
+    assert sandbox_nodes.ssh("node-1", f"cat {path} && rm -f {path}")[1] == "ok new\n"
+    sandbox_nodes.ssh("node-2", f"rm -f {path}")
+
+
+class _CountingListener:
+    """A TCP listener that counts connection attempts (proves 'no SSH was attempted')."""
+
+    def __init__(self, address: str):
+        self.sock = socket.socket()
+        self.sock.bind((address, 22))
+        self.sock.listen(8)
+        self.sock.settimeout(0.2)
+        self.accepted = 0
+        self.stop = False
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.thread.start()
+
+    def _loop(self):
+        while not self.stop:
+            try:
+                conn, _ = self.sock.accept()
+                self.accepted += 1
+                conn.close()
+            except OSError:
+                pass
+
+    def close(self):
+        self.stop = True
+        self.thread.join()
+        self.sock.close()
+
+
+def test_broken_inventory_exits_2_before_connecting(sandbox_nodes, tmp_path):
+    listener = _CountingListener("127.0.77.200")
+    try:
+        inventory = sandbox_nodes.inventory_with(
+            tmp_path / "inv",
+            extra_hosts="        trap:\n          ssh_host: 127.0.77.200\n          earlyoom_typo: 1\n")
+        result = run_cli("apply", str(inventory))
+    finally:
+        listener.close()
+    assert result.returncode == 2
+    assert "host 'trap', field 'earlyoom_typo'" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert listener.accepted == 0
+
+
+def _contact_on(sandbox_nodes, node: str) -> str:
+    return json.loads(sandbox_nodes.ssh(node, "cat /etc/sparkguard/node.json")[1])["settings"]["base"]["contact"]
+
+
+def test_unreachable_host_clear_error_and_nothing_applied(sandbox_nodes, tmp_path):
+    apply(sandbox_nodes.inventory_dir)
+    inventory = sandbox_nodes.inventory_with(
+        tmp_path / "inv", extra_all_vars="    base: {contact: must-not-land}\n",
+        extra_hosts="        ghost:\n          ssh_host: 127.0.77.99\n")
+    result = run_cli("apply", str(inventory))
+    assert result.returncode == 1
+    assert "host 'ghost': cannot reach root@127.0.77.99:22" in result.stderr
+    assert "Nothing was applied to any node" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert _contact_on(sandbox_nodes, "node-1") != "must-not-land"
+
+
+def test_memory_declaration_checked_against_node(sandbox_nodes, tmp_path):
+    text = (sandbox_nodes.inventory_dir / "hosts.yml").read_text()
+    (tmp_path / "inv").mkdir()
+    wrong = text.replace("memory_total_gib:", "memory_total_gib: 4.0 #")
+    (tmp_path / "inv" / "hosts.yml").write_text(wrong.replace("    node:\n", "    base: {contact: must-not-land}\n    node:\n"))
+    result = run_cli("apply", str(tmp_path / "inv"))
+    assert result.returncode == 2, result.stderr
+    assert "field 'node.memory_total_gib' = 4.0" in result.stderr and "more than 2%" in result.stderr
+    assert _contact_on(sandbox_nodes, "node-1") != "must-not-land"
+
+
+def test_sudo_user_applies_the_same_state(sandbox_nodes, tmp_path):
+    apply(sandbox_nodes.inventory_dir)
+    text = (sandbox_nodes.inventory_dir / "hosts.yml").read_text().replace("ssh_user: root", "ssh_user: ops\n    sudo: true")
+    (tmp_path / "inv").mkdir()
+    (tmp_path / "inv" / "hosts.yml").write_text(text)
+    result = apply(tmp_path / "inv")
+    assert result.ok, result.as_dict()
+    assert result.changed == 0
+
+
+def test_sandbox_status_and_idempotent_up(sandbox_nodes):
+    result = run_cli("sandbox", "status", "--json", "--state-dir", str(sandbox_nodes.state_dir))
+    assert result.returncode == 0, result.stderr
+    rows = json.loads(result.stdout)
+    assert [(r["node"], r["running"], r["ssh"]) for r in rows] == [(n, True, True) for n in NODES]
+    pids = [r["pid"] for r in rows]
+    again = run_cli("sandbox", "up", "--nodes", "2", "--net", "127.0.77", "--state-dir", str(sandbox_nodes.state_dir),
+                    "--inventory-dir", str(sandbox_nodes.inventory_dir))
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.strip().splitlines()[-1] == str(sandbox_nodes.inventory_dir)
+    rows = json.loads(run_cli("sandbox", "status", "--json", "--state-dir", str(sandbox_nodes.state_dir)).stdout)
+    assert [r["pid"] for r in rows] == pids
+
+
+def test_changed_host_key_after_reimage_is_refused_with_advice(sandbox_nodes, tmp_path):
+    """Runs last in this module: it rekeys node-2, then applies the advised fix."""
+    apply(sandbox_nodes.inventory_dir)
+    rc, _, err = sandbox_nodes.ssh(
+        "node-2", "rm -f /etc/ssh/ssh_host_ed25519_key* && ssh-keygen -q -t ed25519 -N '' "
+                  "-f /etc/ssh/ssh_host_ed25519_key && (systemctl restart ssh &)")
+    assert rc == 0, err
+    import time
+    time.sleep(1.5)
+    inventory = sandbox_nodes.inventory_with(tmp_path / "inv", extra_all_vars="    base: {contact: must-not-land}\n")
+    result = run_cli("apply", str(inventory))
+    assert result.returncode == 1
+    assert "host 'node-2'" in result.stderr and "has CHANGED" in result.stderr
+    assert f"ssh-keygen -R '127.0.77.2' -f {sandbox_nodes.known_hosts}" in result.stderr
+    assert "Nothing was applied to any node" in result.stderr
+    assert _contact_on(sandbox_nodes, "node-1") != "must-not-land"
+
+    # The advised fix: drop the old key, learn the new one (here the test plays the console check).
+    subprocess.run(["ssh-keygen", "-R", "127.0.77.2", "-f", str(sandbox_nodes.known_hosts)], check=True,
+                   capture_output=True)
+    key = (Path(sandbox_nodes.node("node-2").rootfs) / "etc/ssh/ssh_host_ed25519_key.pub").read_text().split()
+    with sandbox_nodes.known_hosts.open("a") as handle:
+        handle.write(f"127.0.77.2 {key[0]} {key[1]}\n")
+    assert apply(sandbox_nodes.inventory_dir).ok

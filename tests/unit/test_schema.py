@@ -1,0 +1,101 @@
+"""Every error path of the schema: clear paragraph, exit 2, no traceback, no SSH."""
+
+from __future__ import annotations
+
+import pytest
+
+from sparkguard.errors import ConfigError
+from sparkguard.inventory import load_inventory
+from tests.conftest import run_cli
+
+GOOD = """
+all:
+  vars:
+    node: {memory_total_gib: 121.7}
+  hosts:
+    spark-01:
+      ssh_host: 192.0.2.11
+"""
+
+
+def problems_of(path) -> list:
+    with pytest.raises(ConfigError) as caught:
+        load_inventory(path)
+    return caught.value.problems
+
+
+def test_valid_inventory_loads(inventory_dir):
+    inventory = load_inventory(inventory_dir(GOOD))
+    assert [h.name for h in inventory.hosts] == ["spark-01"]
+    assert inventory.hosts[0].config.ssh_port == 22
+
+
+def test_unknown_key_is_a_typo_with_suggestion(inventory_dir):
+    path = inventory_dir(GOOD.replace("node: {memory_total_gib: 121.7}", "node: {memory_totl_gib: 121.7}"))
+    [problem] = problems_of(path)
+    assert problem.host == "spark-01"
+    assert problem.field == "node.memory_totl_gib"
+    assert problem.value == 121.7
+    assert "did you mean 'memory_total_gib'" in problem.allowed
+    assert "hosts.yml" in problem.source and "group all" in problem.source
+
+
+def test_unknown_top_level_role_block(inventory_dir):
+    [problem] = problems_of(inventory_dir(GOOD + "      earlyom: {enabled: false}\n"))
+    assert problem.field == "earlyom"
+    assert "allowed here" in problem.allowed
+
+
+def test_wrong_type(inventory_dir):
+    [problem] = problems_of(inventory_dir(GOOD + "      sudo: perhaps\n"))
+    assert (problem.field, problem.value) == ("sudo", "perhaps")
+    assert "boolean" in problem.allowed
+    assert "(host spark-01)" in problem.source
+
+
+def test_out_of_range(inventory_dir):
+    [problem] = problems_of(inventory_dir(GOOD + "      ssh_port: 70000\n"))
+    assert (problem.field, problem.value) == ("ssh_port", 70000)
+    assert "65535" in problem.allowed
+
+
+def test_missing_host_address(inventory_dir):
+    [problem] = problems_of(inventory_dir(GOOD.replace("      ssh_host: 192.0.2.11\n", "      sudo: true\n")))
+    assert problem.field == "ssh_host"
+    assert "required" in problem.allowed
+
+
+def test_unknown_group_key(inventory_dir):
+    problems = problems_of(inventory_dir(GOOD.replace("  hosts:", "  hostz:")))
+    assert any("did you mean 'hosts'" in p.allowed for p in problems)
+
+
+def test_yaml_syntax_error_names_line(inventory_dir):
+    [problem] = problems_of(inventory_dir("all:\n  hosts:\n    a: [unclosed\n"))
+    assert "not valid YAML at line" in problem.allowed
+
+
+def test_every_problem_is_reported_not_just_the_first(inventory_dir):
+    text = GOOD + "      ssh_port: 0\n      sudo: perhaps\n"
+    assert {p.field for p in problems_of(inventory_dir(text))} == {"ssh_port", "sudo"}
+
+
+def test_cli_validate_exit_2_paragraph_no_traceback(inventory_dir):
+    path = inventory_dir(GOOD + "      ssh_port: 70000\n")
+    result = run_cli("validate", str(path))
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert "host 'spark-01', field 'ssh_port' = 70000" in result.stderr
+    assert "nothing was touched on any node" in result.stderr
+
+
+def test_cli_validate_ok(inventory_dir):
+    result = run_cli("validate", str(inventory_dir(GOOD)))
+    assert result.returncode == 0, result.stderr
+    assert "1 host(s) valid" in result.stdout
+
+
+def test_missing_inventory_path(tmp_path):
+    result = run_cli("validate", str(tmp_path / "nope"))
+    assert result.returncode == 2
+    assert "no inventory found" in result.stderr
