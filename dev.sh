@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# sparkguard developer entry point. As root on a fresh Debian/Ubuntu machine:
+#
+#   ./dev.sh quickstart   install everything, boot a local sandbox node, apply the site, report
+#   ./dev.sh test         install everything, run the full test suite (what .ci/run runs)
+#   ./dev.sh install      only install (apt packages, .venv, promtool)
+#
+# Nothing here changes the host's swap, sysctls or services: promtool is
+# unpacked from Debian's prometheus package instead of installing (and starting)
+# a Prometheus server on the host.
+set -euo pipefail
+cd "$(dirname "$(readlink -f "$0")")"
+REPO=$PWD
+VENV=$REPO/.venv
+TOOLS=$REPO/.tools
+
+APT_PACKAGES=(
+  python3 python3-venv python3-pip       # the venv sparkguard and pyinfra run from
+  debootstrap systemd-container          # sandbox nodes: Debian rootfs + systemd-nspawn
+  openssh-client                         # ssh-keygen for sandbox keys
+  qemu-system-x86                        # VM tests that need the node's own kernel
+  ca-certificates iproute2 util-linux procps
+)
+
+log() { printf '==> %s\n' "$*" >&2; }
+
+need_root() {
+  if [ "$(id -u)" != 0 ]; then
+    echo "dev.sh: run as root (sandbox nodes need debootstrap and systemd-nspawn)" >&2
+    exit 1
+  fi
+}
+
+install_promtool() {
+  # promtool from Debian's prometheus package, without installing the package:
+  # a package install would start a Prometheus server on this machine.
+  if [ -x "$TOOLS/prometheus/usr/bin/promtool" ]; then return; fi
+  log "unpacking promtool from Debian's prometheus package"
+  local tmp; tmp=$(mktemp -d); chmod 755 "$tmp"
+  (cd "$tmp" && apt-get download -qq prometheus)
+  mkdir -p "$TOOLS/prometheus"
+  dpkg-deb -x "$tmp"/prometheus_*.deb "$TOOLS/prometheus"
+  rm -rf "$tmp"
+}
+
+install() {
+  need_root
+  log "apt-get update"
+  apt-get update -qq
+  log "installing: ${APT_PACKAGES[*]%%#*}"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+    $(printf '%s\n' "${APT_PACKAGES[@]}" | sed 's/#.*//') >/dev/null
+  install_promtool
+  if [ ! -x "$VENV/bin/python" ]; then
+    log "creating $VENV"
+    python3 -m venv "$VENV"
+  fi
+  log "installing sparkguard (editable) and pinned dependencies"
+  "$VENV/bin/pip" install -q --disable-pip-version-check -e ".[test]" 2>&1 | grep -v "^WARNING: Location" || true
+  "$VENV/bin/python" -c "import sparkguard, pyinfra" 
+  ln -sf "$TOOLS/prometheus/usr/bin/promtool" "$VENV/bin/promtool"
+}
+
+quickstart() {
+  install
+  export PATH="$VENV/bin:$PATH"
+  log "booting a local sandbox node (systemd-nspawn; the first run builds a Debian rootfs, ~1 minute)"
+  local inventory; inventory=$(sparkguard sandbox up --nodes 1 | tail -n 1)
+  log "applying deploy/site.py to $inventory"
+  sparkguard apply "$inventory"
+  log "second apply: must change nothing"
+  sparkguard apply "$inventory"
+  cat >&2 <<TXT
+
+The sandbox node keeps running. Try: sparkguard sandbox status; ssh into it with
+  ssh -i /var/lib/sparkguard/sandbox/ssh/id_ed25519 -o UserKnownHostsFile=/var/lib/sparkguard/sandbox/known_hosts root@127.0.10.1
+Stop it with: $VENV/bin/sparkguard sandbox down
+TXT
+}
+
+run_tests() {
+  install
+  export PATH="$VENV/bin:$PATH"
+  log "running the full test suite"
+  set +e
+  "$VENV/bin/python" -m pytest -q "$@"
+  local rc=$?
+  set -e
+  if [ "$rc" = 5 ]; then
+    echo "dev.sh: pytest collected no tests; that is a failure, not a pass" >&2
+    exit 1
+  fi
+  exit "$rc"
+}
+
+case "${1:-}" in
+  quickstart) quickstart ;;
+  test) shift; run_tests "$@" ;;
+  install) install ;;
+  *) sed -n '2,10p' "$0" >&2; exit 2 ;;
+esac
