@@ -5,7 +5,7 @@ its documentation, in one place), ``state.py`` (the pure desired-state
 function) and ``ROLE``, registered here.
 """
 
-from . import base
+from . import base, earlyoom
 
-ROLES = (base.ROLE,)
+ROLES = (base.ROLE, earlyoom.ROLE)
 ROLES_BY_NAME = {role.name: role for role in ROLES}

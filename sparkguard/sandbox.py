@@ -172,7 +172,9 @@ def _boot(node: Node, log_file: Path) -> int:
     handle = log_file.open("ab")
     process = subprocess.Popen(
         ["systemd-nspawn", "-D", node.rootfs, "-b", "--register=no", "--keep-unit",
-         "-M", node.machine, "--console=passive"],
+         "-M", node.machine, "--console=passive",
+         # Like a real node: sshd can set its listener to oom_score_adj -1000.
+         "--capability=CAP_SYS_RESOURCE"],
         stdin=subprocess.DEVNULL, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True,
     )
     return process.pid

@@ -35,10 +35,12 @@ class ManagedFile:
 
 @dataclass(frozen=True)
 class Directory:
+    """A directory; ``None`` for mode/owner/group leaves that to whoever else owns it (a package)."""
+
     path: str
-    mode: str = "0755"
-    owner: str = "root"
-    group: str = "root"
+    mode: str | None = "0755"
+    owner: str | None = "root"
+    group: str | None = "root"
 
 
 @dataclass(frozen=True)

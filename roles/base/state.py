@@ -6,11 +6,8 @@ import json
 
 from sparkguard import __version__
 from sparkguard.role import RoleContext
+from sparkguard.layout import CONFIG_DIR, LIB_DIR, NODE_JSON, STATE_DIR, TEXTFILE_DIR
 from sparkguard.state import DesiredState, Directory, ManagedFile
-
-CONFIG_DIR = "/etc/sparkguard"
-STATE_DIR = "/var/lib/sparkguard"
-NODE_JSON = f"{CONFIG_DIR}/node.json"
 
 
 def node_document(ctx: RoleContext) -> dict:
@@ -39,6 +36,10 @@ def desired_state(ctx: RoleContext) -> DesiredState:
         directories=(
             Directory(CONFIG_DIR),
             Directory(STATE_DIR),
+            Directory(LIB_DIR),
+            # Shared with Debian's prometheus packages, which may chown them: exist, nothing more.
+            Directory("/var/lib/prometheus", mode=None, owner=None, group=None),
+            Directory(TEXTFILE_DIR, mode=None, owner=None, group=None),
         ),
         files=(
             ManagedFile(NODE_JSON, document, mode="0644", validate="! command -v python3 >/dev/null || python3 -m json.tool {path} >/dev/null"),

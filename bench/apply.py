@@ -1,0 +1,81 @@
+"""Benchmark: fresh apply and no-op rerun of deploy/site.py on 1 and 4 sandbox nodes.
+
+Prints wall seconds (no-op rerun as the median of several runs), operations per
+host and SSH round trips per host (commands run + files uploaded, counted at
+pyinfra's SSH connector). Boots its own nodes on 127.0.88.x and tears them down.
+
+    bench/apply [--nodes 1 4] [--reruns 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+from pyinfra.connectors.ssh import SSHConnector
+
+from sparkguard import sandbox
+from sparkguard.converge import site_deploy
+from sparkguard.inventory import load_inventory
+from sparkguard.runner import run_deploy
+
+ROUND_TRIPS: Counter = Counter()
+
+
+def _counting(method):
+    def wrapper(self, *args, **kwargs):
+        ROUND_TRIPS[self.host.name] += 1
+        return method(self, *args, **kwargs)
+    return wrapper
+
+
+SSHConnector.run_shell_command = _counting(SSHConnector.run_shell_command)
+SSHConnector.put_file = _counting(SSHConnector.put_file)
+
+
+def timed_apply(inventory_dir: Path) -> tuple[float, dict]:
+    ROUND_TRIPS.clear()
+    start = time.perf_counter()
+    result = run_deploy(load_inventory(inventory_dir), site_deploy)
+    elapsed = time.perf_counter() - start
+    if not result.ok:
+        raise SystemExit(f"apply failed: {result.as_dict()}")
+    per_host = {h.host: (h.operations, h.changed, ROUND_TRIPS[h.host]) for h in result.hosts}
+    return elapsed, per_host
+
+
+def bench(nodes: int, reruns: int) -> None:
+    with tempfile.TemporaryDirectory(prefix="sg-bench-") as tmp:
+        state, inventory = Path(tmp) / "state", Path(tmp) / "inventory"
+        sandbox.up(nodes=nodes, state_dir=state, inventory_dir=inventory, net="127.0.88", log=lambda *_: None)
+        try:
+            fresh, fresh_hosts = timed_apply(inventory)
+            times, noop_hosts = [], {}
+            for _ in range(reruns):
+                elapsed, noop_hosts = timed_apply(inventory)
+                times.append(elapsed)
+            ops, _, fresh_rt = next(iter(fresh_hosts.values()))
+            noop_ops, noop_changed, noop_rt = next(iter(noop_hosts.values()))
+            print(f"nodes={nodes}  fresh apply: {fresh:.2f} s ({fresh_rt} SSH round trips/host)   "
+                  f"no-op rerun: median {statistics.median(times):.2f} s, max {max(times):.2f} s "
+                  f"over {reruns} runs ({noop_rt} SSH round trips/host, {noop_ops} operations/host, "
+                  f"{noop_changed} changed)")
+        finally:
+            sandbox.down(state, log=lambda *_: None)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, nargs="+", default=[1, 4])
+    parser.add_argument("--reruns", type=int, default=5)
+    args = parser.parse_args()
+    for count in args.nodes:
+        bench(count, args.reruns)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,36 @@
+"""Defaults of role ``earlyoom``: every variable, in one place.
+
+The numbers come from the incident: the node froze 30-45 minutes after
+MemAvailable started falling; earlyoom must act while SSH still works.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from sparkguard.settings import Settings, setting
+
+
+class EarlyoomSettings(Settings):
+    """earlyoom as the last line of defence: the trainer dies first, sshd survives."""
+
+    enabled: bool = setting(True, "Install and run earlyoom.")
+    term_percent: float = setting(
+        8.0, "SIGTERM when MemAvailable falls to this share of MemTotal (8% of a DGX Spark = 9.7 GiB).",
+        unit="% of MemTotal", gt=0, le=50)
+    kill_percent: float = setting(
+        4.0, "SIGKILL when MemAvailable falls to this share of MemTotal (a SIGTERM'd job that does not exit).",
+        unit="% of MemTotal", gt=0, lt=50)
+    report_interval_s: int = setting(
+        60, "How often earlyoom logs memory status to the journal (0 = never).", unit="s", ge=0, le=86400)
+    prefer_extra: tuple[str, ...] = setting(
+        (), "Extra process names (comm, regex fragments) to kill first, besides PyTorch/python/launchers.")
+    avoid_extra: tuple[str, ...] = setting(
+        (), "Extra process names (comm, regex fragments) to spare, besides sshd/systemd/journald/monitoring.")
+    kill_process_group: bool = setting(
+        False, "Kill the victim's whole process group (-g), e.g. a launcher with its workers.")
+    newer_version: Literal["absolute", "refuse"] = setting(
+        "absolute",
+        "earlyoom 1.8+ measures MemAvailable against MemAvailable+AnonPages, which ignores GPU driver memory."
+        " absolute = pass the lines as absolute sizes (-M/-S KiB, computed from node.memory_total_gib);"
+        " refuse = fail the apply on 1.8+ nodes.")

@@ -1,0 +1,90 @@
+"""Desired state of role ``earlyoom``."""
+
+from __future__ import annotations
+
+import shlex
+
+from sparkguard.layout import BIN_DIR, LIB_DIR, STATE_DIR, TEXTFILE_DIR, dropin_path, unit_path
+from sparkguard.role import RoleContext
+from sparkguard.state import DesiredState, Directory, ManagedFile, Service
+from sparkguard.templating import render_template
+
+from .names import avoid_regex, prefer_regex
+from .settings import EarlyoomSettings
+
+DEFAULTS_FILE = "/etc/default/earlyoom"
+DROPIN = dropin_path("earlyoom.service")
+SPOOL_DIR = f"{STATE_DIR}/earlyoom-events"
+COUNTS_FILE = f"{STATE_DIR}/earlyoom-kills.counts"
+TEXTFILE = f"{TEXTFILE_DIR}/sparkguard_earlyoom.prom"
+NOTIFY = f"{LIB_DIR}/earlyoom-notify"
+COLLECTOR = f"{LIB_DIR}/earlyoom-kills-collect"
+CHECKER = f"{LIB_DIR}/earlyoom-check-args"
+OOM_FIRST = f"{BIN_DIR}/sparkguard-oom-first"
+KILLS_PATH_UNIT = "sparkguard-earlyoom-kills.path"
+KILLS_SERVICE_UNIT = "sparkguard-earlyoom-kills.service"
+
+
+def threshold_args(settings: EarlyoomSettings, memory_total_bytes: int | None) -> list[str]:
+    """-m/-s lines. Swap is made irrelevant (-s 100,100): a unified-memory node must not thrash first."""
+    return ["-m", f"{_num(settings.term_percent)},{_num(settings.kill_percent)}", "-s", "100,100"]
+
+
+def earlyoom_args(settings: EarlyoomSettings, memory_total_bytes: int | None) -> list[str]:
+    args = threshold_args(settings, memory_total_bytes)
+    args += ["-r", str(settings.report_interval_s)]
+    args += ["--prefer", prefer_regex(settings.prefer_extra)]
+    args += ["--avoid", avoid_regex(settings.avoid_extra)]
+    if settings.kill_process_group:
+        args.append("-g")
+    args += ["-N", NOTIFY]
+    return args
+
+
+def _num(value: float) -> str:
+    return f"{value:g}"
+
+
+def _gib(memory_total_bytes: int | None, percent: float) -> str:
+    if not memory_total_bytes:
+        return "?"
+    return f"{memory_total_bytes * percent / 100 / 2**30:.1f}"
+
+
+def desired_state(ctx: RoleContext) -> DesiredState:
+    settings: EarlyoomSettings = ctx.settings("earlyoom")
+    total = ctx.node.memory_total_bytes
+    args = earlyoom_args(settings, total)
+    paths = {"spool_dir": SPOOL_DIR, "collector": COLLECTOR, "counts_file": COUNTS_FILE, "textfile": TEXTFILE}
+    defaults = render_template(
+        "earlyoom/default.j2",
+        args=" ".join(shlex.quote(a) for a in args),
+        term_percent=_num(settings.term_percent), kill_percent=_num(settings.kill_percent),
+        term_gib=_gib(total, settings.term_percent), kill_gib=_gib(total, settings.kill_percent),
+        total_gib=f"{total / 2**30:.1f}" if total else "?",
+        prefer=prefer_regex(settings.prefer_extra), avoid=avoid_regex(settings.avoid_extra),
+    )
+    return DesiredState(
+        role="earlyoom",
+        packages=("earlyoom",),
+        directories=(Directory(SPOOL_DIR, mode="0733"),),
+        files=(
+            ManagedFile(OOM_FIRST, render_template("earlyoom/oom-first.sh.j2"), mode="0755",
+                        validate="sh -n {path}"),
+            ManagedFile(NOTIFY, render_template("earlyoom/notify.sh.j2", **paths), mode="0755",
+                        validate="sh -n {path}"),
+            ManagedFile(COLLECTOR, render_template("earlyoom/collect.sh.j2", **paths), mode="0755",
+                        validate="sh -n {path}"),
+            ManagedFile(CHECKER, render_template("earlyoom/check.sh.j2"), mode="0755", validate="sh -n {path}"),
+            ManagedFile(unit_path(KILLS_SERVICE_UNIT), render_template("earlyoom/kills.service.j2", **paths),
+                        validate="systemd-analyze verify {path}"),
+            ManagedFile(unit_path(KILLS_PATH_UNIT), render_template("earlyoom/kills.path.j2", **paths),
+                        validate="systemd-analyze verify {path}"),
+            ManagedFile(DROPIN, render_template("earlyoom/dropin.conf.j2", **paths)),
+            ManagedFile(DEFAULTS_FILE, defaults, validate=f"{CHECKER} {{path}}"),
+        ),
+        services=(
+            Service(KILLS_PATH_UNIT),
+            Service("earlyoom.service", restart_on=(DEFAULTS_FILE, DROPIN, NOTIFY)),
+        ),
+    )

@@ -1,0 +1,18 @@
+"""Where sparkguard puts things on a node. Shared by every role, defined once."""
+
+CONFIG_DIR = "/etc/sparkguard"
+STATE_DIR = "/var/lib/sparkguard"
+LIB_DIR = "/usr/local/lib/sparkguard"
+BIN_DIR = "/usr/local/bin"
+UNIT_DIR = "/etc/systemd/system"
+# Debian's node_exporter reads this textfile directory; every sparkguard metric lands here.
+TEXTFILE_DIR = "/var/lib/prometheus/node-exporter"
+NODE_JSON = f"{CONFIG_DIR}/node.json"
+
+
+def unit_path(name: str) -> str:
+    return f"{UNIT_DIR}/{name}"
+
+
+def dropin_path(unit: str, name: str = "50-sparkguard.conf") -> str:
+    return f"{UNIT_DIR}/{unit}.d/{name}"
