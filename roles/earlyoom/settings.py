@@ -17,10 +17,10 @@ class EarlyoomSettings(Settings):
     enabled: bool = setting(True, "Install and run earlyoom.")
     term_percent: float = setting(
         8.0, "SIGTERM when MemAvailable falls to this share of MemTotal (8% of a DGX Spark = 9.7 GiB).",
-        unit="% of MemTotal", gt=0, le=50)
+        unit="% of MemTotal", gt=0, lt=100)
     kill_percent: float = setting(
         4.0, "SIGKILL when MemAvailable falls to this share of MemTotal (a SIGTERM'd job that does not exit).",
-        unit="% of MemTotal", gt=0, lt=50)
+        unit="% of MemTotal", gt=0, lt=100)
     report_interval_s: int = setting(
         60, "How often earlyoom logs memory status to the journal (0 = never).", unit="s", ge=0, le=86400)
     prefer_extra: tuple[str, ...] = setting(

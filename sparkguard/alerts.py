@@ -1,0 +1,392 @@
+"""Prometheus alert rules rendered from the same numbers as earlyoom.
+
+The memory lines in the rules are not typed twice: ``term_percent`` and
+``kill_percent`` are earlyoom's ``-m TERM,KILL`` (percent of MemTotal, the
+earlyoom 1.7 formula), and every memory alert is placed relative to them. Change
+earlyoom's line and the alerts move with it, so the dashboard can never say
+"fine" while earlyoom is about to kill, or the other way round.
+
+Only node-level signals are used (``node_memory_*``, ``node_vmstat_*``, PSI,
+textfile metrics written on the node). ``container_memory_*`` is never used for
+node health: on unified-memory machines the GPU driver's allocations are not
+charged to any cgroup, so containers look small while the host runs dry (the
+incident: container working set 7.7 GB, host 110 GB used).
+
+``render_alert_rules(AlertThresholds())`` is a pure function: same thresholds,
+same bytes. ``docs/alerts.md`` explains each alert and the incident timeline the
+defaults were checked against (``tests/unit/test_alert_rules.py`` replays it
+with ``promtool test rules``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass
+
+from .templating import render_template
+
+TEMPLATE = "monitoring/alert-rules.yml.j2"
+
+_DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+_LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+_METRIC_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
+
+
+def duration_seconds(text: str) -> int:
+    """Seconds in a Prometheus duration such as ``30m``, ``1h30m`` or ``90s``."""
+    match = _DURATION.match(text)
+    if not text or not match or not any(match.groups()):
+        raise ValueError(f"not a Prometheus duration (like 30m, 1h, 90s): {text!r}")
+    days, hours, minutes, seconds = (int(g or 0) for g in match.groups())
+    return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+
+
+def _num(value: float) -> str:
+    """A number as PromQL text: ``1000`` not ``1000.0``, ``0.05`` stays ``0.05``, no exponent for integers."""
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+@dataclass(frozen=True)
+class AlertThresholds:
+    """Every number and name the alert rules use, with defaults from the incident.
+
+    Percentages are of MemTotal, as earlyoom 1.7 computes them
+    (MemAvailable / MemTotal). Durations are Prometheus durations (``5m``).
+    """
+
+    # --- the earlyoom lines (take these from the earlyoom settings) ---
+    term_percent: float = 8.0
+    """earlyoom SIGTERM line (``-m TERM,KILL``): MemAvailable at or below this % of MemTotal gets a process SIGTERMed."""
+    kill_percent: float = 4.0
+    """earlyoom SIGKILL line, % of MemTotal. Only quoted in annotations; nothing alerts on it separately."""
+
+    # --- NodeMemoryAvailableLow (warning) ---
+    warn_percent: float = 15.0
+    """NodeMemoryAvailableLow fires when MemAvailable stays below this % of MemTotal for ``warn_for``."""
+    warn_for: str = "5m"
+    """How long MemAvailable must stay below the warning line before NodeMemoryAvailableLow fires."""
+
+    # --- NodeMemoryAvailableCritical ---
+    critical_margin_percent: float = 2.0
+    """NodeMemoryAvailableCritical fires when MemAvailable is within this many points above the SIGTERM line
+    (default 8 + 2: below 10 % of MemTotal), i.e. earlyoom is about to kill."""
+    critical_for: str = "2m"
+    """How long MemAvailable must stay below the critical line (two scrapes at 1m; a 2-minute dip stays pending)."""
+
+    # --- NodeMemoryExhaustionForecast ---
+    forecast_window: str = "30m"
+    """predict_linear horizon: fire when MemAvailable is projected to reach the SIGTERM line within this time."""
+    forecast_lookback: str = "10m"
+    """Range the linear fit is computed over (``node_memory_MemAvailable_bytes[10m]``)."""
+    forecast_for: str = "10m"
+    """How long the projection must keep saying "line within ``forecast_window``". Longer than a
+    page-cache swing or a short allocation burst, short enough to fire ~10 minutes before earlyoom
+    in the incident (see docs/alerts.md)."""
+    forecast_below_percent: float = 50.0
+    """Only forecast while MemAvailable is already below this % of MemTotal. Keeps the forecast quiet
+    while a model loads into an otherwise empty node; 100 disables the guard."""
+
+    # --- NodeSwapActivity ---
+    swap_activity_rate: float = 1000.0
+    """Pages per second swapped in + out (node_vmstat_pswpin + pswpout) above which NodeSwapActivity fires.
+    1000 pages/s is ~4 MB/s with 4 KiB pages, ~64 MB/s with 64 KiB pages."""
+    swap_rate_window: str = "5m"
+    """rate() window for the swap counters."""
+    swap_for: str = "2m"
+    """How long swap traffic must stay above ``swap_activity_rate``."""
+
+    # --- NodeMemoryPressureStall ---
+    psi_full_threshold: float = 0.05
+    """PSI memory "full": fraction of wall time in which all non-idle tasks were stalled on memory
+    (rate of node_pressure_memory_stalled_seconds_total). 0.05 = 5 % of the time."""
+    psi_window: str = "5m"
+    """rate() window for the PSI counter."""
+    psi_for: str = "2m"
+    """How long the stall fraction must stay above ``psi_full_threshold``."""
+
+    # --- EarlyoomDown / EarlyoomKilledProcess ---
+    earlyoom_unit: str = "earlyoom.service"
+    """systemd unit whose ``node_systemd_unit_state{state="active"}`` must be 1 on every node."""
+    earlyoom_down_for: str = "5m"
+    """How long earlyoom may be inactive (or its unit state missing) before EarlyoomDown fires."""
+    earlyoom_kills_metric: str = "sparkguard_earlyoom_kills_total"
+    """Textfile counter incremented by the earlyoom hook on each kill (one series per victim)."""
+    earlyoom_victim_label: str = "victim"
+    """Label of ``earlyoom_kills_metric`` that names the killed process (its comm)."""
+    earlyoom_kill_window: str = "10m"
+    """EarlyoomKilledProcess stays firing this long after a kill (increase() window)."""
+
+    # --- SwapOnDuringTraining ---
+    training_mode_metric: str = "sparkguard_training_mode"
+    """Textfile gauge, 1 while the node is in training mode (swap must be off), 0 otherwise."""
+    swap_policy_metric: str = "sparkguard_swap_allowed_during_training"
+    """Textfile gauge; 1 on a node whose operator decided swap may stay on while training. Absent or 0:
+    swap must be off, and SwapOnDuringTraining fires if it is not."""
+    swap_on_training_for: str = "2m"
+    """How long training mode and swap may coexist before SwapOnDuringTraining fires."""
+
+    # --- MemoryOutsideCgroups (informational) ---
+    outside_cgroups_metric: str = "sparkguard_memory_outside_cgroups_bytes"
+    """Textfile gauge: host used memory (MemTotal - MemAvailable) minus what memory cgroups account for,
+    i.e. mostly GPU-driver memory that no container limit can stop."""
+    memory_outside_cgroups_bytes: int = 16 * 1024**3
+    """MemoryOutsideCgroups fires (severity info) above this many bytes outside all cgroups."""
+    outside_cgroups_for: str = "15m"
+    """How long the outside-cgroup memory must stay above the threshold."""
+
+    # --- NodeExporterDown ---
+    exporter_down_for: str = "3m"
+    """How long up{job=...} may be 0 (or absent) before NodeExporterDown fires. A hung unified-memory
+    node shows up exactly like this: the last memory samples, then nothing."""
+
+    # --- names ---
+    node_job: str = "node"
+    """Prometheus job name of the node exporters (the textfile metrics come through the same job)."""
+    group_name: str = "sparkguard-node-memory"
+    """Name of the rule group in the rendered file."""
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not 0 < self.kill_percent < self.term_percent < 100:
+            problems.append(f"need 0 < kill_percent ({self.kill_percent}) < term_percent ({self.term_percent}) < 100")
+        if not self.critical_margin_percent > 0:
+            problems.append(f"critical_margin_percent must be > 0, got {self.critical_margin_percent}")
+        if not self.term_percent + self.critical_margin_percent <= self.warn_percent < 100:
+            problems.append(
+                f"need term_percent + critical_margin_percent ({self.critical_percent:g}) <= warn_percent "
+                f"({self.warn_percent}) < 100: the warning must come before the critical alert")
+        if not self.term_percent < self.forecast_below_percent <= 100:
+            problems.append(f"forecast_below_percent must be in (term_percent, 100], got {self.forecast_below_percent}")
+        for name in ("swap_activity_rate", "memory_outside_cgroups_bytes"):
+            if not getattr(self, name) > 0:
+                problems.append(f"{name} must be > 0, got {getattr(self, name)}")
+        if not 0 < self.psi_full_threshold < 1:
+            problems.append(f"psi_full_threshold is a fraction of time, in (0, 1); got {self.psi_full_threshold}")
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if field.name.endswith(("_for", "_window", "_lookback")):
+                try:
+                    duration_seconds(value)
+                except (TypeError, ValueError) as error:
+                    problems.append(f"{field.name}: {error}")
+            elif field.name.endswith("_metric") and not _METRIC_NAME.match(str(value)):
+                problems.append(f"{field.name}: not a metric name: {value!r}")
+        if not _LABEL_NAME.match(self.earlyoom_victim_label):
+            problems.append(f"earlyoom_victim_label: not a label name: {self.earlyoom_victim_label!r}")
+        for name in ("node_job", "earlyoom_unit", "group_name"):
+            value = getattr(self, name)
+            if not value or any(c in value for c in '"\\\n{}'):
+                problems.append(f"{name}: empty or contains quotes, braces or backslashes: {value!r}")
+        if problems:
+            raise ValueError("invalid alert thresholds: " + "; ".join(problems))
+
+    @classmethod
+    def from_earlyoom(cls, earlyoom: object, **overrides: object) -> "AlertThresholds":
+        """Thresholds whose lines are earlyoom's: ``earlyoom`` is anything with ``term_percent`` and
+        ``kill_percent`` (the earlyoom role's settings), so alerts and earlyoom cannot disagree."""
+        return cls(term_percent=float(earlyoom.term_percent),  # type: ignore[attr-defined]
+                   kill_percent=float(earlyoom.kill_percent),  # type: ignore[attr-defined]
+                   **overrides)  # type: ignore[arg-type]
+
+    @property
+    def critical_percent(self) -> float:
+        """The critical line: SIGTERM line + margin (default 10 % of MemTotal)."""
+        return self.term_percent + self.critical_margin_percent
+
+    @property
+    def forecast_seconds(self) -> int:
+        return duration_seconds(self.forecast_window)
+
+
+def _pct(value: float) -> str:
+    """8.0 -> '8', 8.5 -> '8.5' (PromQL and prose)."""
+    return f"{value:g}"
+
+
+def _rules(t: AlertThresholds) -> list[dict]:
+    job = f'job="{t.node_job}"'
+    avail = f"node_memory_MemAvailable_bytes{{{job}}}"
+    total = f"node_memory_MemTotal_bytes{{{job}}}"
+    term, kill, crit, warn = (_pct(x) for x in (t.term_percent, t.kill_percent, t.critical_percent, t.warn_percent))
+    lines = f"earlyoom SIGTERM at {term}%, SIGKILL at {kill}% of MemTotal"
+    unit_state = f'node_systemd_unit_state{{{job},name="{t.earlyoom_unit}",state="active"}}'
+    kills = f"{t.earlyoom_kills_metric}{{{job}}}"
+    return [
+        {
+            "alert": "NodeMemoryAvailableLow",
+            "expr": f"100 * {avail} / {total} < {warn}",
+            "for": t.warn_for,
+            "severity": "warning",
+            "summary": f"{{{{ $labels.instance }}}}: available memory below {warn}% of MemTotal",
+            "description": (
+                f"MemAvailable on {{{{ $labels.instance }}}} is {{{{ $value | printf \"%.1f\" }}}}% of MemTotal "
+                f"({lines}). On a unified-memory node this is also the GPU's memory. Find what grew "
+                f"(`free -h`, `nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv`), "
+                f"shrink the training job (sequence length, batch, gradient checkpointing) or stop/shrink "
+                f"vLLM before earlyoom has to choose. Container memory metrics will look small: ignore them."
+            ),
+        },
+        {
+            "alert": "NodeMemoryAvailableCritical",
+            "expr": f"100 * {avail} / {total} < {crit}",
+            "for": t.critical_for,
+            "severity": "critical",
+            "summary": f"{{{{ $labels.instance }}}}: available memory within {_pct(t.critical_margin_percent)} "
+                       f"points of the earlyoom SIGTERM line",
+            "description": (
+                f"MemAvailable on {{{{ $labels.instance }}}} is {{{{ $value | printf \"%.1f\" }}}}% of MemTotal; "
+                f"{lines}. earlyoom is about to kill (the training job first, if it is marked). Act now: stop "
+                f"the training job yourself, cleanly, or free memory. If earlyoom is not running, the kernel "
+                f"will swap and hang instead: in the incident that cost 15 hours and a walk to the machine."
+            ),
+        },
+        {
+            "alert": "NodeMemoryExhaustionForecast",
+            "expr": (
+                f"predict_linear({avail}[{t.forecast_lookback}], {t.forecast_seconds})\n"
+                f"  < {total} * {term} / 100\n"
+                f"and\n"
+                f"100 * {avail} / {total} < {_pct(t.forecast_below_percent)}"
+            ),
+            "for": t.forecast_for,
+            "severity": "warning",
+            "summary": f"{{{{ $labels.instance }}}}: available memory will reach the earlyoom SIGTERM line "
+                       f"within {t.forecast_window}",
+            "description": (
+                f"At the rate of the last {t.forecast_lookback}, MemAvailable on {{{{ $labels.instance }}}} "
+                f"reaches {term}% of MemTotal (earlyoom's SIGTERM line) within {t.forecast_window}. This is the early warning: in the incident memory fell "
+                f"from 54 GB to 3.5 GB in 20 minutes after the model loaded. Check the training job's "
+                f"sequence length / batch and gradient checkpointing, and whether vLLM shares the node; stop "
+                f"or shrink one of them before earlyoom does it for you."
+            ),
+        },
+        {
+            "alert": "NodeSwapActivity",
+            "expr": (
+                f"rate(node_vmstat_pswpin{{{job}}}[{t.swap_rate_window}])\n"
+                f"  + rate(node_vmstat_pswpout{{{job}}}[{t.swap_rate_window}])\n"
+                f"> {_num(t.swap_activity_rate)}"
+            ),
+            "for": t.swap_for,
+            "severity": "warning",
+            "summary": f"{{{{ $labels.instance }}}}: the node is swapping",
+            "description": (
+                f"{{{{ $labels.instance }}}} swaps more than {_num(t.swap_activity_rate)} pages/s (in + out, over "
+                f"{t.swap_rate_window}). On a "
+                f"unified-memory node swapping is how the incident's hang began: the machine crawls instead "
+                f"of an OOM kill, then stops answering. Free memory now, and turn swap off before training "
+                f"(`swapoff -a`); earlyoom then kills quickly instead."
+            ),
+        },
+        {
+            "alert": "NodeMemoryPressureStall",
+            "expr": (
+                f"rate(node_pressure_memory_stalled_seconds_total{{{job}}}[{t.psi_window}])\n"
+                f"> {_num(t.psi_full_threshold)}"
+            ),
+            "for": t.psi_for,
+            "severity": "warning",
+            "summary": f"{{{{ $labels.instance }}}}: tasks are stalled on memory (PSI full)",
+            "description": (
+                f"All non-idle tasks on {{{{ $labels.instance }}}} were stalled waiting for memory more than "
+                f"{_pct(t.psi_full_threshold * 100)}% of the time over {t.psi_window} (PSI memory full). The kernel is reclaiming or swapping hard; the node may "
+                f"stop responding (SSH included). Free memory or stop the largest job now."
+            ),
+        },
+        {
+            "alert": "EarlyoomDown",
+            "expr": (
+                f"up{{{job}}} == 1\n"
+                f"unless on(instance)\n"
+                f"{unit_state} == 1"
+            ),
+            "for": t.earlyoom_down_for,
+            "severity": "critical",
+            "summary": f"{{{{ $labels.instance }}}}: earlyoom is not running",
+            "description": (
+                f"{t.earlyoom_unit} is not active on {{{{ $labels.instance }}}} (or node_exporter's systemd "
+                f"collector does not report it). Without earlyoom nothing kills a runaway job before the "
+                f"kernel swaps and hangs. `systemctl status {t.earlyoom_unit}`, `journalctl -u {t.earlyoom_unit}` "
+                f"(earlyoom 1.7 exits with code 13 on --ignore / --sort-by-rss), then rerun sparkguard apply."
+            ),
+        },
+        {
+            "alert": "EarlyoomKilledProcess",
+            "expr": (
+                f"increase({kills}[{t.earlyoom_kill_window}]) > 0\n"
+                f"or\n"
+                f"(\n"
+                f"  {kills}\n"
+                f"    unless {kills} offset {t.earlyoom_kill_window}\n"
+                f")\n"
+                f"and on(instance)\n"
+                f"up{{{job}}} offset {t.earlyoom_kill_window} == 1"
+            ),
+            "for": "",
+            "severity": "warning",
+            "summary": f"{{{{ $labels.instance }}}}: earlyoom killed {{{{ $labels.{t.earlyoom_victim_label} }}}}",
+            "description": (
+                f"earlyoom killed {{{{ $labels.{t.earlyoom_victim_label} }}}} on {{{{ $labels.instance }}}} in "
+                f"the last {t.earlyoom_kill_window} because MemAvailable fell to {term}% of MemTotal. The node "
+                f"survived; the job did not. `journalctl -u {t.earlyoom_unit}` names the pid. Fix the "
+                f"configuration (sequence length, batch, gradient checkpointing, vLLM's share) before "
+                f"restarting the job, or it will happen again."
+            ),
+        },
+        {
+            "alert": "SwapOnDuringTraining",
+            "expr": (
+                f"{t.training_mode_metric}{{{job}}} == 1\n"
+                f"and on(instance)\n"
+                f"node_memory_SwapTotal_bytes{{{job}}} > 0\n"
+                f"unless on(instance)\n"
+                f"{t.swap_policy_metric}{{{job}}} == 1"
+            ),
+            "for": t.swap_on_training_for,
+            "severity": "warning",
+            "summary": f"{{{{ $labels.instance }}}}: swap is on while the node is in training mode",
+            "description": (
+                f"{{{{ $labels.instance }}}} is in training mode but has swap configured. With swap, running out "
+                f"of memory turns into a crawl and a kernel hang (the incident) instead of a fast earlyoom "
+                f"kill. Run `swapoff -a` before training, or end training mode."
+            ),
+        },
+        {
+            "alert": "MemoryOutsideCgroups",
+            "expr": f"{t.outside_cgroups_metric}{{{job}}} > {int(t.memory_outside_cgroups_bytes)}",
+            "for": t.outside_cgroups_for,
+            "severity": "info",
+            "summary": f"{{{{ $labels.instance }}}}: {{{{ $value | humanize1024 }}}}B of used memory is outside "
+                       f"every cgroup",
+            "description": (
+                f"{{{{ $value | humanize1024 }}}}B of the memory in use on {{{{ $labels.instance }}}} "
+                f"(MemTotal - MemAvailable) is not charged to any memory cgroup; on a unified-memory node that "
+                f"is GPU-driver memory. Docker --memory, systemd MemoryMax= and container_memory_* do not see "
+                f"it and cannot stop it: watch node_memory_MemAvailable_bytes, and rely on earlyoom."
+            ),
+        },
+        {
+            "alert": "NodeExporterDown",
+            "expr": f"up{{{job}}} == 0\nor\nabsent(up{{{job}}})",
+            "for": t.exporter_down_for,
+            "severity": "critical",
+            "summary": f"node_exporter '{{{{ $labels.instance }}}}' (job {t.node_job}) cannot be scraped",
+            "description": (
+                f"Prometheus cannot scrape job {t.node_job} target '{{{{ $labels.instance }}}}' (empty: the job has "
+                f"no targets at all). A "
+                f"unified-memory node that ran out of memory looks exactly like this: in the incident scraping "
+                f"stopped at 11:07 and the host needed a power cycle. Try SSH; if it does not answer, use the "
+                f"BMC / out-of-band console before walking to the machine."
+            ),
+        },
+    ]
+
+
+def render_alert_rules(t: AlertThresholds | None = None) -> str:
+    """The Prometheus rules file (YAML text) for thresholds ``t``; deterministic."""
+    t = t or AlertThresholds()
+    return render_template(TEMPLATE, t=t, rules=_rules(t),
+                           term=_pct(t.term_percent), kill=_pct(t.kill_percent),
+                           critical=_pct(t.critical_percent), warn=_pct(t.warn_percent),
+                           margin=_pct(t.critical_margin_percent), guard=_pct(t.forecast_below_percent))

@@ -1,0 +1,556 @@
+"""qemu VM nodes for tests that need the node's own kernel.
+
+nspawn sandbox nodes (sandbox.py) share the host's kernel, so swap, sysctls,
+the watchdog, reboots and kernel crashes cannot be tried there without
+changing the host. A VM has its own kernel: this module builds a cached
+Debian disk image once and boots throw-away copies of it under qemu (TCG:
+this machine has no usable KVM).
+
+Image (cached in /var/cache/sparkguard/vm/<release>-v<N>/, SPARKGUARD_VM_CACHE
+overrides the parent directory)::
+
+    root.img                  pristine ext4 root disk (3 GiB, sparse); never booted
+    vmlinuz, initrd.img       the image's own Debian cloud kernel, booted with -kernel
+    id_ed25519(.pub)          the client key root accepts (generated per cache)
+    ssh_host_ed25519_key.pub  the VM's host key (pre-generated, so known_hosts is exact)
+    image.json                release, kernel version, build time
+
+Each VM boots a sparse copy of root.img plus its own swap disk (a second
+virtio disk, mkswap'ed on the host with LABEL=sgswap and listed in the VM's
+fstab, so swap is on at boot). SSH is forwarded from 127.0.0.1:<free port>
+only. qemu keeps running across guest reboots and kernel panics (panic=5, no
+-no-reboot); every qemu this module starts is killed on stop(), at interpreter
+exit, and by the kernel if the starting process dies (PR_SET_PDEATHSIG).
+
+Needs root (debootstrap, chroot, mke2fs -d with root-owned files),
+debootstrap, qemu-system-x86, e2fsprogs, util-linux and ssh-keygen.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import fcntl
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import paramiko
+import yaml
+
+from .errors import SparkguardError
+from .pyinfra_inventory import write_adapter
+
+RELEASES = ("bookworm", "trixie")
+MIRROR = "http://deb.debian.org/debian"
+IMAGE_FORMAT = 1  # bump when the image recipe changes: old caches are then ignored
+INCLUDE = ",".join([
+    "systemd", "systemd-sysv", "dbus", "openssh-server", "iproute2", "python3", "procps", "sudo",
+    "ca-certificates", "linux-image-cloud-amd64", "udev", "kmod", "util-linux",
+])
+ROOT_SIZE = "3G"
+SWAP_LABEL = "sgswap"
+HOSTNAME = "sgvm"
+DEFAULT_CACHE_DIR = Path("/var/cache/sparkguard/vm")
+QEMU = "qemu-system-x86_64"
+KERNEL_APPEND = "root=/dev/vda rw console=ttyS0 net.ifnames=0 panic=5"
+
+
+class VMError(SparkguardError):
+    exit_code = 1
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("SPARKGUARD_VM_CACHE") or DEFAULT_CACHE_DIR)
+
+
+def _run(cmd: list[str], timeout: float | None = None, **kwargs) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=timeout, **kwargs)
+    except FileNotFoundError as exc:
+        raise VMError(f"vm: '{cmd[0]}' is not installed; install debootstrap, qemu-system-x86, e2fsprogs and "
+                      f"openssh-client (./dev.sh install does)") from exc
+    except subprocess.CalledProcessError as exc:
+        raise VMError(f"vm: `{' '.join(cmd[:5])}...` failed (exit {exc.returncode}): "
+                      f"{(exc.stderr or exc.stdout or '').strip()[-1500:]}") from exc
+
+
+def missing_tools() -> list[str]:
+    """Host tools the VM harness needs that are not installed."""
+    tools = ("debootstrap", "chroot", "mke2fs", "mkswap", QEMU, "ssh-keygen")
+    return [tool for tool in tools if not shutil.which(tool)]
+
+
+# --------------------------------------------------------------------------- image
+
+
+@dataclass(frozen=True)
+class ImagePaths:
+    dir: Path
+
+    @property
+    def root(self) -> Path:
+        return self.dir / "root.img"
+
+    @property
+    def kernel(self) -> Path:
+        return self.dir / "vmlinuz"
+
+    @property
+    def initrd(self) -> Path:
+        return self.dir / "initrd.img"
+
+    @property
+    def key(self) -> Path:
+        return self.dir / "id_ed25519"
+
+    @property
+    def host_key_pub(self) -> Path:
+        return self.dir / "ssh_host_ed25519_key.pub"
+
+    @property
+    def meta(self) -> dict:
+        return json.loads((self.dir / "image.json").read_text())
+
+    def complete(self) -> bool:
+        return all(p.exists() for p in (self.root, self.kernel, self.initrd, self.key, self.host_key_pub,
+                                        self.dir / "image.json"))
+
+
+def _configure_rootfs(rootfs: Path, client_pub: str, host_key: Path) -> None:
+    (rootfs / "etc/hostname").write_text(HOSTNAME + "\n")
+    (rootfs / "etc/hosts").write_text(f"127.0.0.1 localhost\n127.0.1.1 {HOSTNAME}\n")
+    # Empty: systemd generates a fresh machine-id on the VM's first boot.
+    (rootfs / "etc/machine-id").write_text("")
+    (rootfs / "var/lib/dbus/machine-id").unlink(missing_ok=True)
+    (rootfs / "etc/fstab").write_text(
+        "# sparkguard VM image\n"
+        "/dev/vda / ext4 rw,errors=remount-ro 0 0\n"
+        f"LABEL={SWAP_LABEL} none swap sw 0 0\n"
+    )
+    # Slirp's DNS proxy (qemu user networking); nothing in the image rewrites resolv.conf.
+    resolv = rootfs / "etc/resolv.conf"
+    resolv.unlink(missing_ok=True)
+    resolv.write_text("nameserver 10.0.2.3\n")
+    network = rootfs / "etc/systemd/network"
+    network.mkdir(parents=True, exist_ok=True)
+    (network / "10-eth0.network").write_text("[Match]\nName=eth0\n\n[Network]\nDHCP=ipv4\n")
+    # Host key: pre-generated so the harness writes an exact known_hosts line.
+    for old in (rootfs / "etc/ssh").glob("ssh_host_*"):
+        old.unlink()
+    shutil.copy2(host_key, rootfs / "etc/ssh/ssh_host_ed25519_key")
+    shutil.copy2(host_key.with_name(host_key.name + ".pub"), rootfs / "etc/ssh/ssh_host_ed25519_key.pub")
+    os.chmod(rootfs / "etc/ssh/ssh_host_ed25519_key", 0o600)
+    (rootfs / "etc/ssh/sshd_config.d").mkdir(parents=True, exist_ok=True)
+    (rootfs / "etc/ssh/sshd_config.d/00-sgvm.conf").write_text(
+        "# sparkguard VM image\n"
+        "HostKey /etc/ssh/ssh_host_ed25519_key\n"
+        "PermitRootLogin prohibit-password\n"
+        "PasswordAuthentication no\n"
+        "UseDNS no\n"
+    )
+    ssh_dir = rootfs / "root/.ssh"
+    ssh_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    (ssh_dir / "authorized_keys").write_text(client_pub)
+    os.chmod(ssh_dir / "authorized_keys", 0o600)
+    _run(["chroot", str(rootfs), "systemctl", "enable", "ssh.service", "systemd-networkd.service"])
+    # Boot time under TCG is precious: nothing periodic fires during a test.
+    for unit in ("apt-daily.timer", "apt-daily-upgrade.timer", "e2scrub_all.timer", "fstrim.timer",
+                 "systemd-networkd-wait-online.service"):
+        subprocess.run(["chroot", str(rootfs), "systemctl", "mask", unit], capture_output=True)
+    # An unprivileged operator account with passwordless sudo, like sandbox nodes' "ops".
+    subprocess.run(["chroot", str(rootfs), "useradd", "-m", "-s", "/bin/bash", "ops"], capture_output=True)
+    (rootfs / "etc/sudoers.d/ops").write_text("ops ALL=(ALL) NOPASSWD:ALL\n")
+    os.chmod(rootfs / "etc/sudoers.d/ops", 0o440)
+    ops_ssh = rootfs / "home/ops/.ssh"
+    ops_ssh.mkdir(mode=0o700, parents=True, exist_ok=True)
+    (ops_ssh / "authorized_keys").write_text(client_pub)
+    subprocess.run(["chroot", str(rootfs), "chown", "-R", "ops:ops", "/home/ops/.ssh"], capture_output=True)
+    _run(["chroot", str(rootfs), "apt-get", "clean"])
+
+
+def ensure_image(release: str = "bookworm", cache: Path | None = None, log=print) -> ImagePaths:
+    """The cached VM image for a release, built once (about 2 minutes cold)."""
+    if release not in RELEASES:
+        raise VMError(f"vm: release '{release}' is not supported; choose one of {', '.join(RELEASES)}")
+    cache = Path(cache) if cache else cache_dir()
+    image = ImagePaths(cache / f"{release}-v{IMAGE_FORMAT}")
+    if image.complete():
+        return image
+    if os.geteuid() != 0:
+        raise VMError("vm: building the VM image needs root (debootstrap, chroot, mke2fs -d)")
+    cache.mkdir(parents=True, exist_ok=True)
+    with open(cache / f".{release}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another session may be building the same image
+        if image.complete():
+            return image
+        started = time.monotonic()
+        partial = cache / f"{release}-v{IMAGE_FORMAT}.partial"
+        if partial.exists():
+            shutil.rmtree(partial)
+        if image.dir.exists():  # incomplete leftovers: never reuse them
+            shutil.rmtree(image.dir)
+        partial.mkdir()
+        rootfs = partial / "rootfs"
+        log(f"vm: building the {release} VM image (cached in {image.dir}) ...")
+        _run(["debootstrap", "--variant=minbase", f"--include={INCLUDE}", release, str(rootfs), MIRROR],
+             timeout=1800)
+        _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "sparkguard-vm", "-f", str(partial / "id_ed25519")])
+        host_key = partial / "ssh_host_ed25519_key"
+        _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"root@{HOSTNAME}", "-f", str(host_key)])
+        _configure_rootfs(rootfs, (partial / "id_ed25519.pub").read_text(), host_key)
+        host_key.unlink()  # only the VM needs the private half; the .pub stays for known_hosts
+        kernels = sorted((rootfs / "boot").glob("vmlinuz-*"))
+        if not kernels:
+            raise VMError(f"vm: debootstrap installed no kernel in {rootfs}/boot")
+        version = kernels[-1].name[len("vmlinuz-"):]
+        initrd = rootfs / "boot" / f"initrd.img-{version}"
+        if not initrd.exists():
+            raise VMError(f"vm: no initrd for kernel {version} in {rootfs}/boot")
+        shutil.copy2(kernels[-1], partial / "vmlinuz")
+        shutil.copy2(initrd, partial / "initrd.img")
+        _run(["mke2fs", "-q", "-t", "ext4", "-L", "sgroot", "-d", str(rootfs), str(partial / "root.img"), ROOT_SIZE],
+             timeout=600)
+        shutil.rmtree(rootfs)
+        (partial / "image.json").write_text(json.dumps({
+            "release": release, "format": IMAGE_FORMAT, "kernel": version,
+            "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "build_seconds": round(time.monotonic() - started, 1),
+        }, indent=2) + "\n")
+        partial.rename(image.dir)
+        log(f"vm: image built in {time.monotonic() - started:.0f} s (kernel {version})")
+    return image
+
+
+# --------------------------------------------------------------------------- VMs
+
+_LIVE: set["VM"] = set()
+
+
+def _kill_all() -> None:
+    for vm in list(_LIVE):
+        vm.kill()
+
+
+atexit.register(_kill_all)
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """In the qemu child: SIGKILL it if the process that started it dies (no orphaned qemu)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except Exception:
+        pass
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class VM:
+    """One qemu VM booted from a copy of the cached image.
+
+    ``start()`` copies the disk and boots; ``wait_for_ssh()`` waits for sshd;
+    ``ssh()`` runs a command over a fresh paramiko session (strict host key);
+    ``reboot()`` / ``crash()`` / ``wait_for_reboot()`` survive guest reboots;
+    ``stop()`` powers off and always leaves no qemu behind.
+    """
+
+    def __init__(self, image: ImagePaths, run_dir: Path, *, name: str = "vm-1", memory_mib: int = 1536,
+                 smp: int = 2, swap_mib: int = 256, watchdog: bool = False, append: str = ""):
+        self.image = image
+        self.run_dir = Path(run_dir)
+        self.name = name
+        self.memory_mib = memory_mib
+        self.smp = smp
+        self.swap_mib = swap_mib
+        self.watchdog = watchdog
+        self.append = append
+        self.port: int | None = None
+        self.process: subprocess.Popen | None = None
+        self.memory_total_gib: float | None = None
+        self.timings: dict[str, float] = {}
+
+    # paths
+    @property
+    def root_disk(self) -> Path:
+        return self.run_dir / "root.img"
+
+    @property
+    def swap_disk(self) -> Path:
+        return self.run_dir / "swap.img"
+
+    @property
+    def console_log(self) -> Path:
+        return self.run_dir / "console.log"
+
+    @property
+    def known_hosts(self) -> Path:
+        return self.run_dir / "known_hosts"
+
+    @property
+    def key(self) -> Path:
+        return self.image.key
+
+    @property
+    def inventory_dir(self) -> Path:
+        return self.run_dir / "inventory"
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def __enter__(self) -> "VM":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # lifecycle
+    def _prepare_disks(self) -> None:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.run_dir, 0o700)
+        _run(["cp", "--sparse=always", str(self.image.root), str(self.root_disk)])
+        self.swap_disk.unlink(missing_ok=True)
+        with open(self.swap_disk, "wb") as handle:
+            handle.truncate(self.swap_mib * 2**20)
+        # A block device, not a file: holes are fine for swap here.
+        _run(["mkswap", "-L", SWAP_LABEL, str(self.swap_disk)])
+
+    def qemu_command(self) -> list[str]:
+        append = f"{KERNEL_APPEND} {self.append}".strip()
+        cmd = [
+            QEMU, "-accel", "tcg", "-smp", str(self.smp), "-m", str(self.memory_mib),
+            "-name", self.name,
+            "-kernel", str(self.image.kernel), "-initrd", str(self.image.initrd), "-append", append,
+            "-drive", f"file={self.root_disk},format=raw,if=virtio",
+            "-drive", f"file={self.swap_disk},format=raw,if=virtio",
+            "-netdev", f"user,id=n0,hostfwd=tcp:127.0.0.1:{self.port}-:22",
+            "-device", "virtio-net-pci,netdev=n0",
+            "-nographic", "-serial", f"file:{self.console_log}", "-monitor", "none",
+            "-pidfile", str(self.run_dir / "qemu.pid"),
+        ]
+        if self.watchdog:
+            cmd += ["-device", "i6300esb"]
+        return cmd
+
+    def start(self) -> None:
+        if self.alive():
+            raise VMError(f"vm: {self.name} is already running")
+        self._prepare_disks()
+        self.known_hosts.unlink(missing_ok=True)
+        for attempt in range(5):
+            self.port = free_port()
+            self.console_log.write_bytes(b"")
+            log = open(self.run_dir / "qemu.log", "wb")
+            self.timings["started_at"] = time.monotonic()
+            self.process = subprocess.Popen(
+                self.qemu_command(), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True, preexec_fn=_die_with_parent,
+            )
+            log.close()
+            _LIVE.add(self)
+            time.sleep(0.5)
+            if self.alive():
+                break
+            output = (self.run_dir / "qemu.log").read_text(errors="replace")
+            _LIVE.discard(self)
+            if "hostfwd" in output or "forwarding" in output:
+                continue  # the port was taken between free_port() and qemu binding it
+            raise VMError(f"vm: qemu exited at start (exit {self.process.returncode}): {output.strip()[-1000:]}")
+        else:
+            raise VMError("vm: could not find a free loopback port for SSH forwarding")
+        pub = self.image.host_key_pub.read_text().split()
+        self.known_hosts.write_text(f"[127.0.0.1]:{self.port} {pub[0]} {pub[1]}\n")
+
+    def _client(self, user: str = "root", timeout: float = 10) -> paramiko.SSHClient:
+        client = paramiko.SSHClient()
+        client.load_host_keys(str(self.known_hosts))
+        client.set_missing_host_key_policy(paramiko.RejectPolicy())
+        client.connect("127.0.0.1", port=self.port, username=user, key_filename=str(self.key),
+                       look_for_keys=False, allow_agent=False, timeout=timeout, banner_timeout=timeout,
+                       auth_timeout=timeout)
+        return client
+
+    def ssh(self, command: str, timeout: float = 120, user: str = "root") -> tuple[int, str, str]:
+        """Run a command over a NEW SSH session; return (rc, stdout, stderr)."""
+        client = self._client(user)
+        try:
+            _, stdout, stderr = client.exec_command(command, timeout=timeout)
+            rc = stdout.channel.recv_exit_status()
+            return rc, stdout.read().decode(errors="replace"), stderr.read().decode(errors="replace")
+        finally:
+            client.close()
+
+    def check(self, command: str, timeout: float = 120) -> str:
+        """Like ssh(), but raise VMError unless it exits 0; return stdout."""
+        rc, out, err = self.ssh(command, timeout)
+        if rc != 0:
+            raise VMError(f"vm: `{command}` exited {rc} on {self.name}: {(err or out).strip()[-800:]}")
+        return out
+
+    def _try_boot_id(self) -> str | None:
+        try:
+            rc, out, _ = self.ssh("cat /proc/sys/kernel/random/boot_id", timeout=15)
+        except (OSError, EOFError, paramiko.SSHException):
+            return None
+        return out.strip() if rc == 0 and out.strip() else None
+
+    def boot_id(self) -> str:
+        return self.check("cat /proc/sys/kernel/random/boot_id").strip()
+
+    def _fail(self, message: str) -> VMError:
+        tail = ""
+        try:
+            tail = self.console_log.read_text(errors="replace")[-2000:]
+        except OSError:
+            pass
+        return VMError(f"vm: {message}\n--- console tail ({self.console_log}) ---\n{tail}")
+
+    def wait_for_ssh(self, timeout: float = 240) -> float:
+        """Wait until root can run a command over SSH; return seconds since start()."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self.alive():
+                raise self._fail(f"qemu for {self.name} exited while booting")
+            if self._try_boot_id():
+                elapsed = time.monotonic() - self.timings["started_at"]
+                self.timings.setdefault("boot_to_ssh", round(elapsed, 1))
+                if self.memory_total_gib is None:
+                    self.memory_total_gib = self._memtotal_gib()
+                return elapsed
+            time.sleep(2)
+        raise self._fail(f"{self.name} did not answer SSH on 127.0.0.1:{self.port} within {timeout:.0f} s")
+
+    def _memtotal_gib(self) -> float:
+        for line in self.check("cat /proc/meminfo").splitlines():
+            if line.startswith("MemTotal:"):
+                return round(int(line.split()[1]) / 2**20, 3)
+        raise VMError(f"vm: no MemTotal in {self.name}'s /proc/meminfo")
+
+    def wait_for_reboot(self, old_boot_id: str, timeout: float = 300) -> float:
+        """Wait until SSH answers with a boot_id other than old_boot_id; return seconds waited."""
+        started = time.monotonic()
+        deadline = started + timeout
+        while time.monotonic() < deadline:
+            if not self.alive():
+                raise self._fail(f"qemu for {self.name} exited during a guest reboot")
+            current = self._try_boot_id()
+            if current and current != old_boot_id:
+                return time.monotonic() - started
+            time.sleep(2)
+        raise self._fail(f"{self.name} did not come back with a new boot_id within {timeout:.0f} s")
+
+    def _detach(self, command: str) -> str:
+        """Run a command in the guest, detached from the SSH session; return the boot_id before it."""
+        old = self.boot_id()
+        self.check(f"setsid -f sh -c 'sleep 1; {command}' </dev/null >/dev/null 2>&1")
+        return old
+
+    def reboot(self, timeout: float = 300) -> float:
+        """`systemctl reboot` and wait for SSH with a new boot_id; return seconds taken."""
+        started = time.monotonic()
+        old = self._detach("systemctl reboot")
+        self.wait_for_reboot(old, timeout)
+        elapsed = round(time.monotonic() - started, 1)
+        self.timings["reboot"] = elapsed
+        return elapsed
+
+    def crash(self, timeout: float = 300) -> float:
+        """Panic the guest kernel (sysrq c, kernel.panic=5) and wait for it to come back; return seconds."""
+        started = time.monotonic()
+        old = self._detach("sysctl -q kernel.panic=5; echo c > /proc/sysrq-trigger")
+        self.wait_for_reboot(old, timeout)
+        elapsed = round(time.monotonic() - started, 1)
+        self.timings["crash_recovery"] = elapsed
+        return elapsed
+
+    def kill(self) -> None:
+        """Kill qemu now (no guest shutdown)."""
+        _LIVE.discard(self)
+        if self.process is None:
+            return
+        if self.process.poll() is None:
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                pass
+
+    def stop(self, timeout: float = 60) -> None:
+        """Power the guest off (qemu then exits by itself), then kill qemu if it is still there."""
+        try:
+            if self.alive():
+                try:
+                    self._detach("systemctl poweroff")
+                except (OSError, EOFError, paramiko.SSHException, VMError):
+                    pass
+                try:
+                    self.process.wait(timeout=timeout)
+                except subprocess.TimeoutExpired:
+                    os.killpg(self.process.pid, signal.SIGTERM)
+                    try:
+                        self.process.wait(timeout=10)
+                    except subprocess.TimeoutExpired:
+                        pass
+        finally:
+            self.kill()
+
+    def remove_disks(self) -> None:
+        """Delete this VM's disk copies (the cached image stays)."""
+        if self.alive():
+            raise VMError(f"vm: {self.name} is still running")
+        for disk in (self.root_disk, self.swap_disk):
+            disk.unlink(missing_ok=True)
+
+    # inventory
+    def write_inventory(self, directory: Path | None = None) -> Path:
+        """Write a sparkguard inventory (hosts.yml + inventory.py) for this VM; return its directory."""
+        if self.memory_total_gib is None:
+            self.memory_total_gib = self._memtotal_gib()
+        directory = Path(directory) if directory else self.inventory_dir
+        directory.mkdir(parents=True, exist_ok=True)
+        document = {
+            "all": {
+                "vars": {
+                    "ssh_user": "root",
+                    "ssh_key": str(self.key),
+                    "ssh_known_hosts_file": str(self.known_hosts),
+                    "ssh_host_key_checking": "yes",
+                    # The VM's own kernel: its MemTotal, not the host's.
+                    "node": {"memory_total_gib": self.memory_total_gib, "device_profile": "cpu-only"},
+                },
+                "children": {"vm": {"hosts": {self.name: {"ssh_host": "127.0.0.1", "ssh_port": self.port}}}},
+            }
+        }
+        header = f"# Written by sparkguard.vm for {self.name} (qemu, 127.0.0.1:{self.port}); rewritten on each boot.\n"
+        (directory / "hosts.yml").write_text(header + yaml.safe_dump(document, sort_keys=False))
+        write_adapter(directory, str(directory))
+        return directory
+
+
+def qemu_processes() -> list[str]:
+    """Running qemu-system processes on this machine (pid and command line)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if cmdline and Path(cmdline[0].decode(errors="replace")).name.startswith("qemu-system"):
+            found.append(f"{proc.name} {b' '.join(cmdline).decode(errors='replace').strip()}")
+    return found

@@ -1,0 +1,404 @@
+"""The Prometheus alert rules: rendered from earlyoom's lines, checked and replayed by promtool.
+
+The replay is the incident (incident-report.en.md): MemTotal 128 GB, MemAvailable 114 GB at
+09:48, 54 GB at 10:03, 3.5 GB at 10:23, 0.3 GB at 10:33, swap 9.7 GB at 10:38, scraping
+stops at 11:07. Minute 0 is 09:48. The forecast and the critical alert must be firing by
+10:25 (minute 37); a steady plateau, a page-cache sawtooth and a short dip must stay quiet.
+
+promtool comes from the ``prometheus`` package (``apt-get install prometheus``). Without it
+these tests skip, except under CI (``CI`` set), where a missing promtool is a failure.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sparkguard.alerts import AlertThresholds, duration_seconds, render_alert_rules
+from tests.conftest import in_ci
+from tests.promtool.scenarios import (
+    ALERTS, INSTANCE, NODE, Scenario, Series, build_test_file, clock, healthy_series,
+    incident, measure, plateau, promtool_binary, run_promtool, sawtooth, spike, stop_after, GB,
+)
+
+DEFAULT = AlertThresholds()
+
+
+@pytest.fixture(scope="module")
+def promtool() -> str:
+    path = promtool_binary()
+    if path is None:
+        message = "promtool not found (apt-get install prometheus)"
+        if in_ci():
+            pytest.fail(message + "; CI is set, so this is a failure")
+        pytest.skip(message)
+    return path
+
+
+def rules_doc(text: str) -> dict:
+    return yaml.safe_load(text)
+
+
+def rules_by_name(text: str) -> dict:
+    return {r["alert"]: r for g in rules_doc(text)["groups"] for r in g["rules"]}
+
+
+def promtool_test(tmp_path: Path, scenarios: list[Scenario], thresholds: AlertThresholds = DEFAULT,
+                  rules_text: str | None = None):
+    """Write the rules and a promtool test file for ``scenarios``; run ``promtool test rules``.
+
+    The expected annotations always come from the rules rendered for ``thresholds``; ``rules_text``
+    replaces the file promtool loads (to check that broken rules fail)."""
+    expected_text = render_alert_rules(thresholds)
+    rules = tmp_path / "sparkguard-alerts.yml"
+    rules.write_text(expected_text if rules_text is None else rules_text)
+    test = tmp_path / "sparkguard-alerts.test.yml"
+    doc = build_test_file(rules, scenarios, thresholds, expected_text)
+    test.write_text(yaml.safe_dump(doc, sort_keys=False, width=200))
+    return run_promtool("test", "rules", str(test))
+
+
+def assert_passes(result) -> None:
+    assert result.returncode == 0, f"promtool test rules failed:\n{result.stdout}\n{result.stderr}"
+
+
+# ------------------------------------------------------------------ rendering (no promtool)
+def test_render_is_deterministic_and_has_every_alert():
+    text = render_alert_rules(AlertThresholds())
+    assert text == render_alert_rules(AlertThresholds()) == render_alert_rules()
+    rules = rules_by_name(text)
+    assert sorted(rules) == sorted(ALERTS)
+    for name, rule in rules.items():
+        assert rule["labels"]["severity"] in ("info", "warning", "critical"), name
+        assert rule["annotations"]["summary"].strip(), name
+        assert len(rule["annotations"]["description"]) > 80, name  # says what to do, not just what
+    assert rules["MemoryOutsideCgroups"]["labels"]["severity"] == "info"
+    assert rules["NodeMemoryAvailableCritical"]["labels"]["severity"] == "critical"
+
+
+def test_node_level_metrics_only():
+    text = render_alert_rules()
+    exprs = " ".join(r["expr"] for r in rules_by_name(text).values())
+    assert "container_" not in exprs
+    assert 'node_memory_MemAvailable_bytes{job="node"}' in exprs
+    assert "node_vmstat_pswpin" in exprs and "node_vmstat_pswpout" in exprs
+    assert "node_pressure_memory_stalled_seconds_total" in exprs
+    assert 'node_systemd_unit_state{job="node",name="earlyoom.service",state="active"}' in exprs
+
+
+def test_lines_follow_earlyoom_settings():
+    """The alert lines are earlyoom's lines: move earlyoom and every memory alert moves with it."""
+    default = rules_by_name(render_alert_rules())
+    assert default["NodeMemoryAvailableCritical"]["expr"].strip().endswith("< 10")   # 8 + 2
+    assert default["NodeMemoryAvailableLow"]["expr"].strip().endswith("< 15")
+    forecast = default["NodeMemoryExhaustionForecast"]["expr"]
+    assert 'predict_linear(node_memory_MemAvailable_bytes{job="node"}[10m], 1800)' in forecast
+    assert 'node_memory_MemTotal_bytes{job="node"} * 8 / 100' in forecast
+
+    moved = rules_by_name(render_alert_rules(AlertThresholds(term_percent=10, kill_percent=5, warn_percent=20,
+                                                             forecast_window="45m")))
+    assert moved["NodeMemoryAvailableCritical"]["expr"].strip().endswith("< 12")
+    assert moved["NodeMemoryAvailableLow"]["expr"].strip().endswith("< 20")
+    assert "* 10 / 100" in moved["NodeMemoryExhaustionForecast"]["expr"]
+    assert "[10m], 2700)" in moved["NodeMemoryExhaustionForecast"]["expr"]
+    assert "SIGTERM at 10%, SIGKILL at 5%" in moved["NodeMemoryAvailableCritical"]["annotations"]["description"]
+
+
+def test_from_earlyoom_role_settings():
+    from roles.earlyoom.settings import EarlyoomSettings
+
+    t = AlertThresholds.from_earlyoom(EarlyoomSettings(term_percent=10, kill_percent=5), warn_percent=18)
+    assert (t.term_percent, t.kill_percent, t.critical_percent, t.warn_percent) == (10, 5, 12, 18)
+    assert AlertThresholds.from_earlyoom(EarlyoomSettings()) == AlertThresholds()
+    with pytest.raises(ValueError, match="warning must come before"):
+        AlertThresholds.from_earlyoom(EarlyoomSettings(term_percent=20, kill_percent=10))
+
+
+def test_names_are_configurable():
+    t = AlertThresholds(node_job="node-exporter", earlyoom_kills_metric="my_kills_total",
+                        earlyoom_victim_label="comm", training_mode_metric="my_training",
+                        earlyoom_unit="earlyoom-custom.service")
+    text = render_alert_rules(t)
+    assert 'job="node"' not in text
+    assert 'up{job="node-exporter"}' in text and "my_kills_total" in text and "$labels.comm" in text
+    assert "my_training" in text and 'name="earlyoom-custom.service"' in text
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(term_percent=3, kill_percent=4), "kill_percent"),
+    (dict(warn_percent=9), "warning must come before"),
+    (dict(critical_margin_percent=0), "critical_margin_percent"),
+    (dict(forecast_window="half an hour"), "forecast_window"),
+    (dict(psi_full_threshold=5), "fraction of time"),
+    (dict(earlyoom_kills_metric="kills-total"), "earlyoom_kills_metric"),
+    (dict(node_job='node"} or vector(1) #'), "node_job"),
+])
+def test_bad_thresholds_are_refused(change, message):
+    with pytest.raises(ValueError, match=message):
+        AlertThresholds(**change)
+
+
+def test_duration_parser():
+    assert duration_seconds("30m") == 1800
+    assert duration_seconds("1h30m") == 5400
+    assert duration_seconds("90s") == 90
+    for bad in ("", "30", "m", "1.5h"):
+        with pytest.raises(ValueError):
+            duration_seconds(bad)
+
+
+def test_thresholds_are_frozen_and_documented():
+    t = AlertThresholds()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        t.term_percent = 9  # type: ignore[misc]
+    source = Path(__file__).resolve().parents[2].joinpath("sparkguard", "alerts.py").read_text()
+    for field in dataclasses.fields(AlertThresholds):
+        # every field is followed by its docstring line in the class body
+        assert f"    {field.name}:" in source
+        after = source.split(f"    {field.name}:", 1)[1].split("\n", 2)[1]
+        assert after.strip().startswith('"""'), f"{field.name} has no documentation"
+
+
+def test_docs_show_every_rendered_expression():
+    docs = Path(__file__).resolve().parents[2].joinpath("docs", "alerts.md").read_text()
+    for name, rule in rules_by_name(render_alert_rules()).items():
+        assert f"### {name} (" in docs, name
+        assert rule["expr"].strip() in docs, f"docs/alerts.md shows an outdated expression for {name}"
+
+
+# ------------------------------------------------------------------ promtool
+def test_promtool_check_rules(promtool, tmp_path):
+    for t in (DEFAULT, AlertThresholds(term_percent=10, kill_percent=5, warn_percent=20, forecast_for="5m")):
+        path = tmp_path / "rules.yml"
+        path.write_text(render_alert_rules(t))
+        result = run_promtool("check", "rules", str(path))
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert f"SUCCESS: {len(ALERTS)} rules found" in result.stdout
+
+
+def incident_with_expectations() -> Scenario:
+    """The incident replay with exact expectations at the moments that matter."""
+    sc = incident()
+    firing_at_1023 = {"NodeMemoryAvailableLow", "NodeMemoryAvailableCritical", "NodeMemoryExhaustionForecast",
+                      "EarlyoomDown", "SwapOnDuringTraining", "MemoryOutsideCgroups"}
+    checkpoints = {
+        # 09:58, the model is loading: earlyoom missing and swap on while training, nothing about memory yet
+        10: {"EarlyoomDown", "SwapOnDuringTraining"},
+        # 10:23 (3.5 GB left) and 10:25: the forecast and the critical alert must be firing
+        35: firing_at_1023,
+        37: firing_at_1023,
+        # 10:38, swap used 9.7 GB: swapping and memory stalls on top
+        50: firing_at_1023 | {"NodeSwapActivity", "NodeMemoryPressureStall"},
+        # 11:07, the last scrape
+        79: firing_at_1023 | {"NodeSwapActivity", "NodeMemoryPressureStall"},
+        # 11:18, the host is hung: only the exporter being down is left
+        90: {"NodeExporterDown"},
+    }
+    for minute, firing in checkpoints.items():
+        for alert in ALERTS:
+            sc.expect[(alert, minute)] = [dict(NODE)] if alert in firing else []
+    return sc
+
+
+def test_incident_replay(promtool, tmp_path):
+    assert_passes(promtool_test(tmp_path, [incident_with_expectations()]))
+
+
+def test_incident_fire_times(promtool):
+    """The measured timeline (quoted in docs/alerts.md): early enough, and in a sensible order."""
+    fired = measure(incident())
+    first = {alert: (minutes[0] if minutes else None) for alert, minutes in fired.items()}
+    report = {alert: (clock(m) if m is not None else None) for alert, m in first.items()}
+    # 10:20:20 is when MemAvailable crossed the SIGTERM line (8% of 128 GB) in the replay
+    assert first["NodeMemoryExhaustionForecast"] <= 25, report          # >= 7 minutes before the line
+    assert first["NodeMemoryAvailableCritical"] <= 37, report
+    assert first["NodeMemoryAvailableLow"] <= first["NodeMemoryAvailableCritical"], report
+    assert 45 <= first["NodeSwapActivity"] <= 50, report                 # swapping began 10:33
+    assert 45 <= first["NodeMemoryPressureStall"] <= 50, report
+    assert first["NodeExporterDown"] is not None and first["NodeExporterDown"] > 79, report
+    assert first["EarlyoomKilledProcess"] is None, report                  # there was no earlyoom
+    # once firing, the forecast and critical alerts stay firing until the series stop
+    for alert in ("NodeMemoryExhaustionForecast", "NodeMemoryAvailableCritical"):
+        assert fired[alert] == list(range(first[alert], 80)), (alert, fired[alert])
+
+
+@pytest.mark.parametrize("broken, why", [
+    (AlertThresholds(forecast_for="30m"), "forecast for: 30m first fires at 10:31"),
+    (AlertThresholds(forecast_window="5m"), "a 5-minute horizon first fires at 10:26"),
+    (AlertThresholds(forecast_below_percent=20), "forecasting only below 20% first fires at 10:25, not 10:23"),
+    (AlertThresholds(term_percent=4, kill_percent=2), "critical line at 6% first fires at 10:24"),
+    (AlertThresholds(critical_for="10m"), "critical for: 10m first fires at 10:30"),
+])
+def test_incident_replay_catches_late_rules(promtool, tmp_path, broken, why):
+    """The replay has teeth: rules that would have warned too late fail it."""
+    result = promtool_test(tmp_path, [incident_with_expectations()], broken)
+    assert result.returncode != 0, why
+
+
+def test_incident_replay_fails_without_the_forecast_alert(promtool, tmp_path):
+    doc = rules_doc(render_alert_rules())
+    doc["groups"][0]["rules"] = [r for r in doc["groups"][0]["rules"] if r["alert"] != "NodeMemoryExhaustionForecast"]
+    result = promtool_test(tmp_path, [incident_with_expectations()], rules_text=yaml.safe_dump(doc))
+    assert result.returncode != 0
+    assert "NodeMemoryExhaustionForecast" in result.stdout + result.stderr
+
+
+def quiet_everywhere(sc: Scenario, alerts=ALERTS) -> Scenario:
+    sc.expect_quiet(alerts, range(sc.end + 1))
+    return sc
+
+
+def test_plateau_is_quiet(promtool, tmp_path):
+    """Hours at 54 GB available (42%): nothing fires, with or without the model load before it."""
+    assert_passes(promtool_test(tmp_path, [
+        quiet_everywhere(plateau(hours=4)),
+        quiet_everywhere(plateau(hours=4, with_loading=True)),
+    ]))
+
+
+@pytest.mark.parametrize("down, up", [(8, 2), (15, 2), (30, 5), (45, 10)])
+def test_page_cache_sawtooth_is_quiet(promtool, tmp_path, down, up):
+    """MemAvailable swinging between 40% and 25% of MemTotal, no trend to the SIGTERM line."""
+    assert_passes(promtool_test(tmp_path, [quiet_everywhere(sawtooth(0.40, 0.25, down=down, up=up, cycles=6))]))
+
+
+@pytest.mark.parametrize("depth", [0.12, 0.09])
+def test_two_minute_dip_is_quiet(promtool, tmp_path, depth):
+    """A 2-minute dip below the warning line (12%), even below the critical line (9%): nothing fires."""
+    assert_passes(promtool_test(tmp_path, [quiet_everywhere(spike(depth, start=60, length=2))]))
+
+
+def test_sustained_dip_below_critical_fires(promtool, tmp_path):
+    """The counterpart: 9% for long enough fires Critical (after 2m) and Low (after 5m)."""
+    sc = spike(0.09, start=60, length=20)
+    sc.expect[("NodeMemoryAvailableCritical", 61)] = []
+    sc.expect[("NodeMemoryAvailableCritical", 62)] = [dict(NODE)]
+    sc.expect[("NodeMemoryAvailableLow", 64)] = []
+    sc.expect[("NodeMemoryAvailableLow", 65)] = [dict(NODE)]
+    sc.expect[("NodeMemoryAvailableCritical", 85)] = []
+    assert_passes(promtool_test(tmp_path, [sc]))
+
+
+def test_earlyoom_killed_process(promtool, tmp_path):
+    """A kill is reported with the victim's name: a new victim series (first kill) and a counter increase.
+
+    A new series has a single sample, which increase() cannot see; the rule treats "exists now, did not
+    10m ago, while the node was being scraped 10m ago" as a kill. A node that comes back after a long
+    outage with its old counters must not report them as new kills.
+    """
+    end = 70
+    n = end + 1
+    sc = Scenario("earlyoom kills", healthy_series(end, [60 * GB] * n), end)
+    pt = {**NODE, "victim": "pt_main_thread"}
+    # pt_main_thread: first kill at minute 15 (the series appears), second kill at minute 35
+    sc.series.append(Series("sparkguard_earlyoom_kills_total", [None] * 15 + [1.0] * 20 + [2.0] * (n - 35), pt))
+    # VLLM::EngineCor killed before our data starts: the counter is at 3 from minute 0, never moves
+    sc.series.append(Series("sparkguard_earlyoom_kills_total", [3.0] * n, {**NODE, "victim": "VLLM::EngineCor"}))
+    # spark-02 hangs at minute 20, comes back at minute 40 with its old counter (textfile kept on disk)
+    other = {"instance": "spark-02:9100", "job": "node"}
+    back = [3.0] * 20 + ["stale"] + [None] * 19 + [3.0] * (n - 40)
+    sc.series.append(Series("sparkguard_earlyoom_kills_total", back, {**other, "victim": "pt_main_thread"}))
+    sc.series.append(Series("up", [1.0] * 20 + [0.0] * 20 + [1.0] * (n - 40), other))
+    sc.expect.update({
+        ("EarlyoomKilledProcess", 5): [],
+        ("EarlyoomKilledProcess", 14): [],
+        ("EarlyoomKilledProcess", 15): [pt],
+        ("EarlyoomKilledProcess", 24): [pt],
+        ("EarlyoomKilledProcess", 25): [],
+        ("EarlyoomKilledProcess", 34): [],
+        ("EarlyoomKilledProcess", 35): [pt],
+        ("EarlyoomKilledProcess", 44): [pt],
+        ("EarlyoomKilledProcess", 45): [],
+        ("EarlyoomKilledProcess", 50): [],
+        ("EarlyoomKilledProcess", 70): [],
+    })
+    sc.expect_quiet(["EarlyoomKilledProcess"], range(45, 71))
+    assert_passes(promtool_test(tmp_path, [sc]))
+
+
+def test_swap_on_during_training(promtool, tmp_path):
+    end = 40
+    n = end + 1
+    sc = Scenario("swap and training mode", healthy_series(end, [60 * GB] * n), end)
+    swap = sc.get("node_memory_SwapTotal_bytes")
+    training = sc.get("sparkguard_training_mode")
+    # 0-9 training, no swap; 10-19 training with swap; 20-29 swap but not training;
+    # 30-40 training with swap, but the operator allowed swap for this node
+    swap.values = [0.0] * 10 + [16 * GB] * 31
+    training.values = [1.0] * 20 + [0.0] * 10 + [1.0] * 11
+    sc.series.append(Series("sparkguard_swap_allowed_during_training", [0.0] * 30 + [1.0] * 11))
+    sc.expect.update({
+        ("SwapOnDuringTraining", 9): [],
+        ("SwapOnDuringTraining", 11): [],          # pending (for: 2m)
+        ("SwapOnDuringTraining", 12): [dict(NODE)],
+        ("SwapOnDuringTraining", 19): [dict(NODE)],
+        ("SwapOnDuringTraining", 25): [],
+        ("SwapOnDuringTraining", 35): [],
+        ("SwapOnDuringTraining", 40): [],
+    })
+    assert_passes(promtool_test(tmp_path, [sc]))
+
+
+def test_earlyoom_down_and_exporter_down(promtool, tmp_path):
+    end = 60
+    n = end + 1
+    # earlyoom stops at minute 10 (inactive), exporter dies at minute 30 (up 0), target vanishes at 45
+    sc = Scenario("earlyoom and exporter", healthy_series(end, [60 * GB] * n), end)
+    sc.series = [s for s in sc.series if not (s.name == "node_systemd_unit_state") and s.name != "up"]
+    sc.series.append(Series("node_systemd_unit_state", stop_after([1.0] * 10 + [0.0] * 20, 29),
+                            {**NODE, "name": "earlyoom.service", "state": "active"}))
+    sc.series.append(Series("up", stop_after([1.0] * 30 + [0.0] * 15, 44)))
+    # a second node whose systemd collector reports no earlyoom unit at all (never installed)
+    other = {"instance": "spark-02:9100", "job": "node"}
+    sc.series.append(Series("up", [1.0] * n, other))
+    sc.expect.update({
+        ("EarlyoomDown", 9): [other],
+        ("EarlyoomDown", 14): [other],             # spark-01 pending (for: 5m)
+        ("EarlyoomDown", 15): [dict(NODE), other],
+        ("EarlyoomDown", 35): [other],             # spark-01 unreachable: that is NodeExporterDown's job
+        ("NodeExporterDown", 29): [],
+        ("NodeExporterDown", 32): [],
+        ("NodeExporterDown", 33): [dict(NODE)],
+        ("NodeExporterDown", 44): [dict(NODE)],
+    })
+    # no node_exporter target at all: absent(up{job="node"})
+    gone = Scenario("no node targets", [Series("up", stop_after([1.0] * 5, 4))], 20)
+    gone.expect.update({
+        ("NodeExporterDown", 6): [],
+        ("NodeExporterDown", 8): [{"job": "node"}],
+        ("NodeExporterDown", 20): [{"job": "node"}],
+    })
+    assert_passes(promtool_test(tmp_path, [sc, gone]))
+
+
+def test_memory_outside_cgroups(promtool, tmp_path):
+    end = 60
+    n = end + 1
+    sc = Scenario("memory outside cgroups", healthy_series(end, [60 * GB] * n), end)
+    # 8 GB outside cgroups (kernel, page tables: fine), then 70 GB (vLLM + a trainer's CUDA memory)
+    sc.series.append(Series("sparkguard_memory_outside_cgroups_bytes", [8 * GB] * 20 + [70 * GB] * 41))
+    sc.expect.update({
+        ("MemoryOutsideCgroups", 19): [],
+        ("MemoryOutsideCgroups", 34): [],
+        ("MemoryOutsideCgroups", 35): [dict(NODE)],
+    })
+    assert_passes(promtool_test(tmp_path, [sc]))
+    rules = rules_by_name(render_alert_rules())
+    assert "65.19GiB" not in rules["MemoryOutsideCgroups"]["annotations"]["summary"]  # a template, not a value
+
+
+def test_annotations_expand_as_expected(promtool, tmp_path):
+    """exp_annotations carry the operator's text exactly, $value included (65.19GiB = 70e9 bytes)."""
+    end = 20
+    sc = Scenario("annotation", healthy_series(end, [60 * GB] * (end + 1)), end)
+    sc.series.append(Series("sparkguard_memory_outside_cgroups_bytes", [70 * GB] * (end + 1)))
+    sc.expect[("MemoryOutsideCgroups", 16)] = [dict(NODE)]
+    text = render_alert_rules()
+    test_doc = build_test_file(tmp_path / "r.yml", [sc], DEFAULT, text)
+    [case] = test_doc["tests"][0]["alert_rule_test"]
+    summary = case["exp_alerts"][0]["exp_annotations"]["summary"]
+    assert summary == f"{INSTANCE}: 65.19GiB of used memory is outside every cgroup"
+    assert_passes(promtool_test(tmp_path, [sc]))

@@ -1,0 +1,51 @@
+"""Session VM: one qemu (TCG) node with its own kernel, booted once, always stopped.
+
+For tests that must not touch the host's kernel: swap on/off, sysctls, the
+watchdog, reboots and kernel crashes. The image is built once and cached
+(sparkguard.vm.ensure_image); each session boots a throw-away copy of it.
+Under TCG a boot takes about a minute, so tests share this one VM; a test that
+leaves the VM changed (swap off, a sysctl) should put it back.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from sparkguard import vm
+from tests.conftest import in_ci
+
+
+def _require_vm_tools() -> None:
+    reason = None
+    missing = vm.missing_tools()
+    if os.geteuid() != 0:
+        reason = "VM tests need root (the image build uses debootstrap, chroot and mke2fs -d)"
+    elif missing:
+        reason = f"VM tests need {', '.join(missing)} (./dev.sh install installs them)"
+    if reason:
+        if in_ci():
+            pytest.fail(reason)
+        pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def vm_image():
+    _require_vm_tools()
+    return vm.ensure_image("bookworm", log=lambda *_: None)
+
+
+@pytest.fixture(scope="session")
+def vm_node(vm_image, tmp_path_factory):
+    """A booted VM (sparkguard.vm.VM) with its inventory written to vm_node.inventory_dir."""
+    node = vm.VM(vm_image, tmp_path_factory.mktemp("vm-node"))
+    try:
+        node.start()
+        node.wait_for_ssh(timeout=300)
+        node.write_inventory()
+        yield node
+    finally:
+        node.stop()
+        assert not node.alive(), "qemu is still running after stop()"
+        node.remove_disks()
