@@ -54,6 +54,18 @@ def check_node(host_name: str, config, info: NodeInfo) -> list[Problem]:
     return problems
 
 
+def role_preflight(host_name: str, config, info: NodeInfo) -> list[Problem]:
+    """Each enabled role's checks against the live node (e.g. earlyoom's version)."""
+    from roles import ROLES
+
+    problems = []
+    for role in ROLES:
+        if role.preflight is not None and role.enabled(config):
+            for problem in role.preflight(config, info):
+                problems.append(Problem(host_name, problem.field, problem.value, problem.allowed))
+    return problems
+
+
 def node_profile(config) -> NodeProfile:
     """What roles may depend on: only declared values, so render == apply."""
     declared = config.node.memory_total_gib
@@ -82,7 +94,8 @@ def current_context() -> RoleContext:
             f"(inventory/<name>/inventory.py), not a bare host name"
         )
     config = host_config_model().model_validate(settings)
-    problems = check_node(host.name, config, current_node_info())
+    info = current_node_info()
+    problems = check_node(host.name, config, info) + role_preflight(host.name, config, info)
     if problems:
         raise PreflightError(problems)
     return RoleContext(host=host.name, config=config, node=node_profile(config))

@@ -24,6 +24,7 @@ echo "distro_version=${VERSION_ID:-}"
 echo "distro_codename=${VERSION_CODENAME:-}"
 echo "init=$(cat /proc/1/comm 2>/dev/null)"
 echo "earlyoom_version=$(earlyoom -v 2>&1 | head -n1)"
+echo "earlyoom_candidate=$(apt-cache policy earlyoom 2>/dev/null | awk '/Candidate:/{print $2}')"
 echo "swaps=$(tail -n +2 /proc/swaps 2>/dev/null | awk '{printf "%s:%s:%s;", $1, $2, $3}')"
 echo "gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n1)"
 echo "dt_model=$(tr -d '\000' < /proc/device-tree/model 2>/dev/null)"
@@ -55,6 +56,7 @@ class NodeInfo:
     distro_codename: str = ""
     init: str = ""
     earlyoom_version: tuple[int, ...] | None = None
+    earlyoom_candidate: tuple[int, ...] | None = None
     swaps: tuple[SwapDevice, ...] = ()
     device_class: str = "cpu-only"
     device_evidence: str = ""
@@ -65,6 +67,11 @@ class NodeInfo:
     @property
     def unified_memory(self) -> bool:
         return self.device_class in UNIFIED_CLASSES
+
+    @property
+    def earlyoom_effective_version(self) -> tuple[int, ...] | None:
+        """What earlyoom will be after apply: the installed one, else what apt would install."""
+        return self.earlyoom_version or self.earlyoom_candidate
 
     @property
     def memory_total_gib(self) -> float:
@@ -101,8 +108,8 @@ def classify_device(gpu_name: str, dt_model: str, cpu_model: str, rocm_gfx: str)
 
 
 def parse_earlyoom_version(text: str) -> tuple[int, ...] | None:
-    """``earlyoom -v`` prints e.g. ``earlyoom 1.7`` or ``earlyoom v1.8.2``."""
-    match = re.search(r"\bv?(\d+)\.(\d+)(?:\.(\d+))?", text)
+    """``earlyoom -v`` prints ``earlyoom v1.7``; apt's candidate looks like ``1.8.2-1`` or ``(none)``."""
+    match = re.search(r"(?:^|\bv|\s)(\d+)\.(\d+)(?:\.(\d+))?", text)
     if not match or "not found" in text:
         return None
     return tuple(int(part) for part in match.groups() if part is not None)
@@ -133,6 +140,7 @@ def parse_probe(output: str) -> NodeInfo:
         distro_codename=raw.get("distro_codename", ""),
         init=raw.get("init", ""),
         earlyoom_version=parse_earlyoom_version(raw.get("earlyoom_version", "")),
+        earlyoom_candidate=parse_earlyoom_version(raw.get("earlyoom_candidate", "")),
         swaps=parse_swaps(raw.get("swaps", "")),
         device_class=device_class,
         device_evidence=evidence,

@@ -16,6 +16,7 @@ from .settings import Settings
 from .state import DesiredState
 
 if TYPE_CHECKING:
+    from .facts import NodeInfo
     from .hostconfig import HostConfig
 
 
@@ -63,6 +64,8 @@ class Role:
     desired_state: Callable[[RoleContext], DesiredState]
     summary: str
     checks: Callable[["HostConfig"], Iterable[Problem]] | None = None
+    # Checks that need the live node (versions, devices); run on apply before any operation.
+    preflight: Callable[["HostConfig", "NodeInfo"], Iterable[Problem]] | None = None
 
     def enabled(self, config: "HostConfig") -> bool:
         return bool(getattr(getattr(config, self.name), "enabled", True))

@@ -2,7 +2,7 @@
 
 from sparkguard.role import Role
 
-from .checks import problems
+from .checks import preflight, problems
 from .settings import EarlyoomSettings
 from .state import desired_state
 
@@ -12,4 +12,5 @@ ROLE = Role(
     desired_state=desired_state,
     summary="earlyoom kills the training job first and spares sshd, at lines that hold on unified memory",
     checks=problems,
+    preflight=preflight,
 )

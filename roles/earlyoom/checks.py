@@ -34,3 +34,26 @@ def problems(config) -> Iterator[Problem]:
             reason = fragment_problem(fragment)
             if reason:
                 yield Problem("", f"earlyoom.{field}[{index}]", fragment, reason)
+
+
+FIRST_ANON_RELATIVE = (1, 8)
+
+
+def preflight(config, info) -> Iterator[Problem]:
+    """Refuse an earlyoom whose percentages ignore driver memory, unless the operator accepted it."""
+    settings = config.earlyoom
+    version = info.earlyoom_effective_version
+    if version is None or version < FIRST_ANON_RELATIVE or settings.newer_version != "refuse":
+        return
+    shown = ".".join(map(str, version))
+    source = "installed" if info.earlyoom_version else "the version apt would install"
+    yield Problem(
+        "", "earlyoom.newer_version", settings.newer_version,
+        f"this node's earlyoom is {shown} ({source}). From 1.8 on, earlyoom computes its percentage as "
+        f"MemAvailable/(MemAvailable+AnonPages); GPU driver memory is in neither term, so the SIGTERM line at "
+        f"{settings.term_percent:g}% of MemTotal would fire late or never on a unified-memory node (measured: "
+        f"docs/earlyoom-measurements.md). Ways out: run a distro that ships earlyoom 1.7 (Debian 12, "
+        f"Ubuntu 24.04 / DGX OS 7); or set earlyoom.newer_version: accept-anon-relative for this host to install "
+        f"{shown} knowing its lines are relative to anonymous memory; or earlyoom.enabled: false and rely on "
+        f"the monitoring alerts alone.",
+    )

@@ -29,8 +29,8 @@ class EarlyoomSettings(Settings):
         (), "Extra process names (comm, regex fragments) to spare, besides sshd/systemd/journald/monitoring.")
     kill_process_group: bool = setting(
         False, "Kill the victim's whole process group (-g), e.g. a launcher with its workers.")
-    newer_version: Literal["absolute", "refuse"] = setting(
-        "absolute",
-        "earlyoom 1.8+ measures MemAvailable against MemAvailable+AnonPages, which ignores GPU driver memory."
-        " absolute = pass the lines as absolute sizes (-M/-S KiB, computed from node.memory_total_gib);"
-        " refuse = fail the apply on 1.8+ nodes.")
+    newer_version: Literal["refuse", "accept-anon-relative"] = setting(
+        "refuse",
+        "earlyoom 1.8+ (Debian 13) measures MemAvailable against MemAvailable+AnonPages, which leaves GPU driver"
+        " memory out: its lines would fire late or never on unified memory (docs/earlyoom-measurements.md)."
+        " refuse = apply stops on such a node; accept-anon-relative = install it anyway, knowingly.")

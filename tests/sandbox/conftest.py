@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -94,20 +94,33 @@ def leftovers(state_dir: Path) -> list[str]:
     return found
 
 
-@pytest.fixture(scope="session")
-def sandbox_nodes(tmp_path_factory):
+@contextmanager
+def booted_sandbox(tmp_path_factory, release: str, net: str, nodes: int):
+    """Boot nodes in private dirs; on exit tear down and prove nothing is left behind."""
     _require_sandbox_tools()
-    state_dir = tmp_path_factory.mktemp("sandbox-state")
-    inventory_dir = tmp_path_factory.mktemp("sandbox-inventory")
-    sandbox.up(nodes=2, release="bookworm", state_dir=state_dir, inventory_dir=inventory_dir, net=NET,
-               log=lambda *_: None)
-    box = sandbox.Sandbox.load(state_dir)
-    handle = SandboxHandle(state_dir, inventory_dir, box.nodes)
+    state_dir = tmp_path_factory.mktemp(f"sandbox-{release}-state")
+    inventory_dir = tmp_path_factory.mktemp(f"sandbox-{release}-inventory")
     try:
-        yield handle
+        sandbox.up(nodes=nodes, release=release, state_dir=state_dir, inventory_dir=inventory_dir, net=net,
+                   log=lambda *_: None)
+        box = sandbox.Sandbox.load(state_dir)
+        yield SandboxHandle(state_dir, inventory_dir, box.nodes)
     finally:
         sandbox.down(state_dir, log=lambda *_: None)
         remaining = leftovers(state_dir)
-        subprocess.run(["sync"])
         assert remaining == [], f"sandbox down left things behind: {remaining}"
         assert not (inventory_dir / "hosts.yml").exists()
+
+
+@pytest.fixture(scope="session")
+def sandbox_nodes(tmp_path_factory):
+    """Two bookworm nodes (earlyoom 1.7), shared by the sandbox tests."""
+    with booted_sandbox(tmp_path_factory, "bookworm", NET, 2) as handle:
+        yield handle
+
+
+@pytest.fixture(scope="session")
+def trixie_node(tmp_path_factory):
+    """One trixie node (earlyoom 1.8.2)."""
+    with booted_sandbox(tmp_path_factory, "trixie", "127.0.78", 1) as handle:
+        yield handle
