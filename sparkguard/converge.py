@@ -101,8 +101,25 @@ def current_context() -> RoleContext:
     return RoleContext(host=host.name, config=config, node=node_profile(config))
 
 
+def _install_file(state: DesiredState, managed) -> object:
+    return managed_file(
+        name=f"{state.role}: file {managed.path}",
+        path=managed.path,
+        content=managed.content,
+        mode=managed.mode,
+        owner=managed.owner,
+        group=managed.group,
+        validate=managed.validate,
+    )
+
+
 def converge(state: DesiredState) -> None:
     """Apply one role's desired state on the current host."""
+    file_ops = {}
+    for managed in state.files:
+        if managed.before_packages:
+            file_ops[managed.path] = _install_file(state, managed)
+
     if state.packages:
         installed = host.get_fact(DebPackages) or {}
         missing = [name for name in state.packages if name not in installed]
@@ -124,17 +141,9 @@ def converge(state: DesiredState) -> None:
             group=directory.group,
         )
 
-    file_ops = {}
     for managed in state.files:
-        file_ops[managed.path] = managed_file(
-            name=f"{state.role}: file {managed.path}",
-            path=managed.path,
-            content=managed.content,
-            mode=managed.mode,
-            owner=managed.owner,
-            group=managed.group,
-            validate=managed.validate,
-        )
+        if not managed.before_packages:
+            file_ops[managed.path] = _install_file(state, managed)
 
     unit_ops = [op for path, op in file_ops.items() if state.file(path).is_systemd_unit]
     if unit_ops:

@@ -27,6 +27,9 @@ class ManagedFile:
     group: str = "root"
     validate: str | None = None
     secret: bool = False
+    # Install before the role's packages: a package whose postinst starts a daemon
+    # (node_exporter on *:9100) must find its listen address already in place.
+    before_packages: bool = False
 
     @property
     def is_systemd_unit(self) -> bool:

@@ -120,16 +120,27 @@ class ReplayResult:
         return self.term_line_kib - min(before) if before else None
 
 
+HUGEPAGE_LOCK = "/run/sparkguard-hugepages.lock"
+
+
 @contextmanager
 def hugepage_budget(pages: int):
-    """Let the host hand out up to ``pages`` surplus 2 MiB huge pages; restore afterwards."""
+    """Let the host hand out up to ``pages`` surplus 2 MiB huge pages; restore afterwards.
+
+    The knob is host-wide, so concurrent replays (tests, benchmarks) take a lock
+    and each restores exactly the value it found.
+    """
+    import fcntl
+
     knob = Path("/proc/sys/vm/nr_overcommit_hugepages")
-    original = knob.read_text().strip()
-    knob.write_text(str(pages))
-    try:
-        yield
-    finally:
-        knob.write_text(original)
+    with open(HUGEPAGE_LOCK, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        original = knob.read_text().strip()
+        knob.write_text(str(pages))
+        try:
+            yield
+        finally:
+            knob.write_text(original)
 
 
 @contextmanager
@@ -196,8 +207,13 @@ def install_tools(handle, node: str) -> None:
         target.chmod(0o755)
 
 
-def run_replay(handle, node: str, plan: ReplayPlan, timeout_s: float = 120) -> ReplayResult:
-    """Drive one replay on a node whose earlyoom already runs with ``plan``'s lines."""
+def run_replay(handle, node: str, plan: ReplayPlan, timeout_s: float = 120, oom_first: bool = True) -> ReplayResult:
+    """Drive one replay on a node whose earlyoom already runs with ``plan``'s lines.
+
+    ``oom_first=False`` starts the hog without sparkguard-oom-first, as an
+    unmarked training job would run.
+    """
+    launcher = "sparkguard-oom-first -- " if oom_first else ""
     install_tools(handle, node)
     ssh = lambda cmd: handle.ssh(node, cmd)  # noqa: E731 - every call is a NEW SSH login
     cleanup = (f"systemctl stop {HOG_UNIT} {BYSTANDER_UNIT} 2>/dev/null; "
@@ -213,7 +229,7 @@ def run_replay(handle, node: str, plan: ReplayPlan, timeout_s: float = 120) -> R
             rc, _, err = ssh(
                 # systemd-run expands $$ itself: $$$$ reaches sh as $$.
                 f"mkfifo {GO_FIFO} && systemd-run --unit {HOG_UNIT} -q sh -c "
-                f"'echo $$$$ > {HOG_PIDFILE}; read go < {GO_FIFO}; exec sparkguard-oom-first -- sparkguard-uma-hog "
+                f"'echo $$$$ > {HOG_PIDFILE}; read go < {GO_FIFO}; exec {launcher}sparkguard-uma-hog "
                 f"--step-mib 32 --interval-s 0.2 --max-mib {plan.hog_cap_mib} --hold --sample-ms 50 "
                 f"--report {HOG_REPORT}'")
             assert rc == 0, err

@@ -16,17 +16,20 @@ from __future__ import annotations
 
 import re
 
-# Training processes: PyTorch's thread names, launchers, and plain interpreters.
+# Training processes: PyTorch's thread names and launchers.
 TRAINING_NAMES = (
     "pt_main_thread",   # torch's main thread after import (pytorch#133690)
     "pt_elastic",       # torchrun / elastic agent
     "pt_data_worker",   # DataLoader workers
-    "python",
-    "python3",
-    "python3[.][0-9]+",  # python3.11, python3.12 ...
     "torchrun",
     "accelerate",
     "deepspeed",
+)
+# Plain interpreters: non-PyTorch trainers, but also any python3-named server.
+PYTHON_NAMES = (
+    "python",
+    "python3",
+    "python3[.][0-9]+",  # python3.11, python3.12 ...
 )
 
 # What must survive so the node stays reachable and the evidence is kept.
@@ -58,8 +61,8 @@ def alternation(names: tuple[str, ...]) -> str:
     return "^(" + "|".join(names) + ")$"
 
 
-def prefer_regex(extra: tuple[str, ...] = ()) -> str:
-    return alternation(TRAINING_NAMES + tuple(extra))
+def prefer_regex(extra: tuple[str, ...] = (), plain_python: bool = True) -> str:
+    return alternation(TRAINING_NAMES + (PYTHON_NAMES if plain_python else ()) + tuple(extra))
 
 
 def avoid_regex(extra: tuple[str, ...] = ()) -> str:

@@ -23,6 +23,10 @@ class EarlyoomSettings(Settings):
         unit="% of MemTotal", gt=0, lt=100)
     report_interval_s: int = setting(
         60, "How often earlyoom logs memory status to the journal (0 = never).", unit="s", ge=0, le=86400)
+    prefer_plain_python: bool = setting(
+        True,
+        "Also prefer plain python/python3/python3.x (non-PyTorch trainers). Set false when serving runs as"
+        " python3: both would get earlyoom's +300 and the larger RSS (the server) would die first.")
     prefer_extra: tuple[str, ...] = setting(
         (), "Extra process names (comm, regex fragments) to kill first, besides PyTorch/python/launchers.")
     avoid_extra: tuple[str, ...] = setting(

@@ -33,7 +33,7 @@ def threshold_args(settings: EarlyoomSettings, memory_total_bytes: int | None) -
 def earlyoom_args(settings: EarlyoomSettings, memory_total_bytes: int | None) -> list[str]:
     args = threshold_args(settings, memory_total_bytes)
     args += ["-r", str(settings.report_interval_s)]
-    args += ["--prefer", prefer_regex(settings.prefer_extra)]
+    args += ["--prefer", prefer_regex(settings.prefer_extra, settings.prefer_plain_python)]
     args += ["--avoid", avoid_regex(settings.avoid_extra)]
     if settings.kill_process_group:
         args.append("-g")
@@ -62,7 +62,7 @@ def desired_state(ctx: RoleContext) -> DesiredState:
         term_percent=_num(settings.term_percent), kill_percent=_num(settings.kill_percent),
         term_gib=_gib(total, settings.term_percent), kill_gib=_gib(total, settings.kill_percent),
         total_gib=f"{total / 2**30:.1f}" if total else "?",
-        prefer=prefer_regex(settings.prefer_extra), avoid=avoid_regex(settings.avoid_extra),
+        prefer=prefer_regex(settings.prefer_extra, settings.prefer_plain_python), avoid=avoid_regex(settings.avoid_extra),
     )
     return DesiredState(
         role="earlyoom",

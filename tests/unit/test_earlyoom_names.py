@@ -75,3 +75,9 @@ def test_bad_fragments_are_refused(fragment, reason):
 
 def test_good_fragment():
     assert fragment_problem("my_trainer[0-9]*x") is None
+
+
+def test_plain_python_can_be_left_out_for_python3_servers():
+    regex = prefer_regex(plain_python=False)
+    assert ere_search(regex, TRAINING_COMMS) == {"pt_main_thread", "pt_elastic", "pt_data_worker", "torchrun",
+                                                 "accelerate", "deepspeed"}
