@@ -5,7 +5,7 @@ its documentation, in one place), ``state.py`` (the pure desired-state
 function) and ``ROLE``, registered here.
 """
 
-from . import base, earlyoom
+from . import base, earlyoom, swap
 
-ROLES = (base.ROLE, earlyoom.ROLE)
+ROLES = (base.ROLE, earlyoom.ROLE, swap.ROLE)
 ROLES_BY_NAME = {role.name: role for role in ROLES}

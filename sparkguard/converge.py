@@ -20,7 +20,7 @@ from .facts import NodeFacts, NodeInfo
 from .hostconfig import host_config_model
 from .role import NodeProfile, Role, RoleContext
 from .state import DesiredState
-from .operations import managed_file
+from .operations import FileText, ManagedFileState, ensure, managed_file, unit_masked
 
 MEMORY_TOLERANCE = 0.02
 
@@ -145,12 +145,35 @@ def converge(state: DesiredState) -> None:
         if not managed.before_packages:
             file_ops[managed.path] = _install_file(state, managed)
 
-    unit_ops = [op for path, op in file_ops.items() if state.file(path).is_systemd_unit]
-    if unit_ops:
-        systemd.daemon_reload(name=f"{state.role}: systemd daemon-reload", _if=any_changed(*unit_ops))
+    edit_ops = []
+    for edit in state.edits:
+        current = host.get_fact(FileText, path=edit.path)
+        if current is not None:
+            mode_owner = host.get_fact(ManagedFileState, path=edit.path) or {}
+            edit_ops.append(managed_file(
+                name=f"{state.role}: edit {edit.path} ({edit.description})",
+                path=edit.path,
+                content=edit.transform(current),
+                mode=mode_owner.get("mode", "644"),
+                owner=mode_owner.get("owner", "root"),
+                group=mode_owner.get("group", "root"),
+                validate=edit.validate,
+            ))
 
-    for key, value in sorted(state.sysctls.items()):
-        server.sysctl(name=f"{state.role}: sysctl {key}", key=key, value=value)
+    reload_triggers = [op for path, op in file_ops.items() if state.file(path).is_systemd_unit]
+    reload_triggers += [op for edit, op in zip(state.edits, edit_ops) if edit.path == "/etc/fstab"]
+    if reload_triggers:
+        systemd.daemon_reload(name=f"{state.role}: systemd daemon-reload", _if=any_changed(*reload_triggers))
+
+    for service in state.services:
+        if service.masked is not None:
+            unit_masked(name=f"{state.role}: {'mask' if service.masked else 'unmask'} {service.name}",
+                        unit=service.name, masked=service.masked)
+
+    if state.sysctls and not current_node_info().container:
+        # In a container /proc/sys is the host's: the file is installed, the values are the host's business.
+        for key, value in sorted(state.sysctls.items()):
+            server.sysctl(name=f"{state.role}: sysctl {key}", key=key, value=value)
 
     for service in state.services:
         restart_triggers = [file_ops[p] for p in service.restart_on if p in file_ops]
@@ -169,12 +192,17 @@ def converge(state: DesiredState) -> None:
                 reloaded=True,
                 _if=any_changed(*reload_triggers),
             )
+        if service.running is None and service.enabled is None:
+            continue
         systemd.service(
             name=f"{state.role}: {service.name} {'running' if service.running else 'stopped'}",
             service=service.name,
             running=service.running,
             enabled=service.enabled,
         )
+
+    for item in state.ensures:
+        ensure(name=f"{state.role}: {item.description}", check=item.check, fix=item.fix)
 
 
 def role_deploy(role: Role):

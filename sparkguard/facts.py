@@ -32,6 +32,7 @@ echo "cpu_model=$(grep -m1 -E '^(model name|Model)[[:space:]]*:' /proc/cpuinfo 2
 echo "rocm_gfx=$(rocminfo 2>/dev/null | grep -m1 -o 'gfx[0-9a-f]*')"
 echo "cgroup2=$(test -e /sys/fs/cgroup/cgroup.controllers && echo 1 || echo 0)"
 echo "watchdog_dev=$(test -e /dev/watchdog && echo 1 || echo 0)"
+echo "container=$(systemd-detect-virt --container 2>/dev/null || echo none)"
 true
 """
 
@@ -62,6 +63,7 @@ class NodeInfo:
     device_evidence: str = ""
     cgroup2: bool = False
     watchdog_device: bool = False
+    container: bool = False
     raw: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -146,6 +148,7 @@ def parse_probe(output: str) -> NodeInfo:
         device_evidence=evidence,
         cgroup2=raw.get("cgroup2") == "1",
         watchdog_device=raw.get("watchdog_dev") == "1",
+        container=raw.get("container", "none") not in ("", "none"),
         raw=raw,
     )
 

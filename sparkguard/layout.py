@@ -16,3 +16,8 @@ def unit_path(name: str) -> str:
 
 def dropin_path(unit: str, name: str = "50-sparkguard.conf") -> str:
     return f"{UNIT_DIR}/{unit}.d/{name}"
+
+# Training mode: started by sparkguard-train (role swap), followed by serving (role vllm).
+TRAINING_TARGET = "sparkguard-training.target"
+SWAPOFF_SERVICE = "sparkguard-swapoff.service"
+SYSCTL_CHECK = f"{LIB_DIR}/sysctl-check"

@@ -94,3 +94,65 @@ def managed_file(path: str, content: str, mode: str = "0644", owner: str = "root
             ),
         )
     yield StringCommand(f"mv -f {q_staged} {q_path} && rmdir {q_dir}")
+
+
+class FileText(FactBase):
+    """A text file's content, or None when it does not exist."""
+
+    def command(self, path: str) -> str:
+        q = shlex.quote(path)
+        return f"if [ -f {q} ]; then echo present; cat {q}; else echo absent; fi"
+
+    def process(self, output):
+        lines = list(output)
+        if not lines or lines[0] != "present":
+            return None
+        return "\n".join(lines[1:]) + "\n" if len(lines) > 1 else ""
+
+
+class CommandSucceeds(FactBase):
+    """Whether a shell check exits 0 (used to skip work on a converged node)."""
+
+    def command(self, check: str) -> str:
+        return f"if {{ {check} ; }} >/dev/null 2>&1; then echo yes; else echo no; fi"
+
+    def process(self, output):
+        return list(output)[-1:] == ["yes"]
+
+
+class UnitFileState(FactBase):
+    """`systemctl is-enabled` of a unit: enabled, disabled, masked, static, ... or not-found."""
+
+    def command(self, unit: str) -> str:
+        return f"systemctl is-enabled {shlex.quote(unit)} 2>/dev/null || true"
+
+    def process(self, output):
+        lines = [line.strip() for line in output if line.strip()]
+        return lines[-1] if lines else "not-found"
+
+
+@operation()
+def ensure(check: str, fix: str):
+    """Run ``fix`` only when ``check`` fails.
+
+    Example::
+
+        ensure(name="swap off now", check="! grep -q / /proc/swaps", fix="swapoff -a")
+    """
+    if not host.get_fact(CommandSucceeds, check=check):
+        yield StringCommand("sh", "-c", shlex.quote(fix))
+
+
+@operation()
+def unit_masked(unit: str, masked: bool = True):
+    """Mask or unmask a systemd unit (pyinfra's systemd.service cannot).
+
+    Example::
+
+        unit_masked(name="no swap at boot", unit="swap.target", masked=True)
+    """
+    state = host.get_fact(UnitFileState, unit=unit)
+    if masked and state != "masked":
+        yield StringCommand("systemctl", "mask", shlex.quote(unit))
+    elif not masked and state == "masked":
+        yield StringCommand("systemctl", "unmask", shlex.quote(unit))

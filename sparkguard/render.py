@@ -40,12 +40,18 @@ def _summary(states: list[DesiredState]) -> dict:
                 for f in state.files
             ],
             "services": [
-                {"name": s.name, "enabled": s.enabled, "running": s.running,
+                {"name": s.name,
+                 **({"enabled": s.enabled} if s.enabled is not None else {}),
+                 **({"running": s.running} if s.running is not None else {}),
+                 **({"masked": s.masked} if s.masked is not None else {}),
                  **({"restart_on": list(s.restart_on)} if s.restart_on else {}),
                  **({"reload_on": list(s.reload_on)} if s.reload_on else {})}
                 for s in state.services
             ],
             "sysctls": dict(sorted(state.sysctls.items())),
+            "edits": [{"path": e.path, "edit": e.description, **({"validate": e.validate} if e.validate else {})}
+                      for e in state.edits],
+            "ensure": [{"state": e.description, "check": e.check, "fix": e.fix} for e in state.ensures],
         }
         for state in states
     }

@@ -7,6 +7,7 @@ so what reviewers diff is byte-for-byte what lands on the node.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 
@@ -55,10 +56,38 @@ class Service:
     """
 
     name: str
-    enabled: bool = True
-    running: bool = True
+    enabled: bool | None = True
+    running: bool | None = True
     restart_on: tuple[str, ...] = ()
     reload_on: tuple[str, ...] = ()
+    # True: masked (cannot start, also not pulled in at boot); False: not masked; None: leave alone.
+    masked: bool | None = None
+
+
+@dataclass(frozen=True)
+class FileEdit:
+    """An edit of a node-owned file (fstab): a pure text transform applied to what is there.
+
+    The result depends on the node's file, so render lists the edit, not its
+    output. An absent file is left absent.
+    """
+
+    path: str
+    transform: Callable[[str], str]
+    description: str
+    validate: str | None = None
+
+
+@dataclass(frozen=True)
+class Ensure:
+    """A runtime state reached by a command, checked first so a converged node runs nothing.
+
+    ``check`` exits 0 when the state already holds; otherwise ``fix`` runs.
+    """
+
+    description: str
+    check: str
+    fix: str
 
 
 @dataclass(frozen=True)
@@ -69,6 +98,8 @@ class DesiredState:
     files: tuple[ManagedFile, ...] = ()
     services: tuple[Service, ...] = ()
     sysctls: dict[str, str] = field(default_factory=dict)
+    edits: tuple[FileEdit, ...] = ()
+    ensures: tuple[Ensure, ...] = ()
 
     def file(self, path: str) -> ManagedFile:
         for managed in self.files:

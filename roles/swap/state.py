@@ -1,0 +1,60 @@
+"""Desired state of role ``swap``."""
+
+from __future__ import annotations
+
+from sparkguard.layout import (BIN_DIR, LIB_DIR, NODE_JSON, STATE_DIR, SWAPOFF_SERVICE, TRAINING_TARGET, SYSCTL_CHECK,
+                               unit_path)
+from sparkguard.role import RoleContext
+from sparkguard.state import DesiredState, Directory, Ensure, FileEdit, ManagedFile, Service
+from sparkguard.templating import render_template
+
+from .fstab import MARKER, disable_swap_lines, enable_swap_lines
+from .settings import SwapSettings
+
+TOGGLE = f"{LIB_DIR}/swap-toggle"
+LAUNCHER = f"{BIN_DIR}/sparkguard-train"
+RUNS_DIR = f"{STATE_DIR}/train"
+RECORD = "/run/sparkguard/swap-before-training"
+SYSCTL_FILE = "/etc/sysctl.d/60-sparkguard-swap.conf"
+# Everything that can turn swap on at boot besides fstab: swap.target pulls in every
+# .swap unit (fstab, systemd-gpt-auto); zram comes from systemd-zram-generator or zram-tools.
+BOOT_SWAP_UNITS = ("swap.target", "systemd-zram-setup@zram0.service", "dev-zram0.swap", "zramswap.service")
+
+
+def desired_state(ctx: RoleContext) -> DesiredState:
+    settings: SwapSettings = ctx.settings("swap")
+    earlyoom = ctx.settings("earlyoom")
+    reserve = earlyoom.term_percent if earlyoom.enabled else 0
+    names = {"training_target": TRAINING_TARGET, "swapoff_service": SWAPOFF_SERVICE, "toggle": TOGGLE,
+             "record": RECORD, "timeout_s": settings.swapoff_timeout_s, "reserve_percent": int(reserve),
+             "node_json": NODE_JSON, "runs_dir": RUNS_DIR, "term_percent": f"{earlyoom.term_percent:g}"}
+    off = settings.mode == "off"
+    files = (
+        ManagedFile(TOGGLE, render_template("swap/swap-toggle.sh.j2", **names), mode="0755", validate="sh -n {path}"),
+        ManagedFile(LAUNCHER, render_template("swap/sparkguard-train.py.j2", **names), mode="0755",
+                    validate="python3 -c \"import ast, sys; ast.parse(open(sys.argv[1]).read())\" {path}"),
+        ManagedFile(unit_path(SWAPOFF_SERVICE), render_template("swap/swapoff.service.j2", **names),
+                    validate="systemd-analyze verify {path}"),
+        ManagedFile(unit_path(TRAINING_TARGET), render_template("swap/training.target.j2", **names),
+                    validate="systemd-analyze verify {path}"),
+        ManagedFile(SYSCTL_FILE, render_template("swap/sysctl.conf.j2", swappiness=settings.swappiness),
+                    validate=f"{SYSCTL_CHECK} {{path}}"),
+    )
+    if off:
+        edit = FileEdit("/etc/fstab", disable_swap_lines, f"comment out swap lines with '{MARKER.strip()}'",
+                        validate="findmnt --verify --tab-file {path}")
+        now = Ensure("no swap active now", check=f"{TOGGLE} none-active", fix=f"{TOGGLE} off")
+    else:
+        edit = FileEdit("/etc/fstab", enable_swap_lines, f"restore swap lines marked '{MARKER.strip()}'",
+                        validate="findmnt --verify --tab-file {path}")
+        now = Ensure("fstab swap active now (unless in training mode)", check=f"{TOGGLE} fstab-active",
+                     fix=f"{TOGGLE} on")
+    return DesiredState(
+        role="swap",
+        directories=(Directory(RUNS_DIR),),
+        files=files,
+        edits=(edit,),
+        services=tuple(Service(unit, enabled=None, running=None, masked=off) for unit in BOOT_SWAP_UNITS),
+        sysctls={"vm.swappiness": str(settings.swappiness)},
+        ensures=(now,),
+    )
