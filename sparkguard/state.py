@@ -34,7 +34,7 @@ class ManagedFile:
 
     @property
     def is_systemd_unit(self) -> bool:
-        return self.path.startswith(("/etc/systemd/", "/usr/lib/systemd/", "/lib/systemd/"))
+        return self.path.startswith(("/etc/systemd/", "/usr/lib/systemd/", "/lib/systemd/", "/usr/local/lib/systemd/"))
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,23 @@
+"""Role ``vllm``: vLLM servers sized from the node budget, following training mode."""
+
+from sparkguard.role import Role
+
+from .checks import preflight, problems
+from .settings import VllmSettings
+from .state import desired_state
+
+
+class _VllmRole(Role):
+    def enabled(self, config) -> bool:
+        # No served model: nothing to install.
+        return super().enabled(config) and bool(config.vllm.models)
+
+
+ROLE = _VllmRole(
+    name="vllm",
+    settings=VllmSettings,
+    desired_state=desired_state,
+    summary="vLLM servers with explicit KV sizes from the node budget; shrink or stop while training",
+    checks=problems,
+    preflight=preflight,
+)

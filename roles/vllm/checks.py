@@ -1,0 +1,69 @@
+"""Checks of role ``vllm``: names, ports, option names (pinned vLLM list), secrets, the budget inputs."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+from sparkguard.errors import Problem
+from sparkguard.planner import plan_host
+
+from .options import option_problem
+from .state import read_token
+
+NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
+TOKEN = re.compile(r"^[A-Za-z0-9_.\-]+$")
+HIDDEN = "<hidden>"
+
+
+def problems(config) -> Iterator[Problem]:
+    settings = config.vllm
+    if not settings.models:
+        return
+    ports: dict[int, str] = {}
+    for name, model in sorted(settings.models.items()):
+        base = f"vllm.models.{name}"
+        if not NAME.match(name):
+            yield Problem("", base, name, "instance names are 1-40 lowercase letters, digits and dashes (they name"
+                                          " a systemd instance, a container and files)")
+        if model.port in ports:
+            yield Problem("", f"{base}.port", model.port, f"already used by vllm.models.{ports[model.port]}")
+        ports[model.port] = name
+        for key, value in model.options.items():
+            reason = option_problem(str(key))
+            if reason:
+                yield Problem("", f"{base}.options.{key}", value, reason)
+    if settings.runtime == "docker":
+        image = settings.image
+        tag = image.rsplit("/", 1)[-1]
+        if "@sha256:" not in image and (":" not in tag or tag.endswith(":latest")):
+            yield Problem("", "vllm.image", image, "pin a tag or digest (not `latest`): a pull must not change"
+                                                   " the server under a running budget")
+    elif not settings.native_binary.startswith("/"):
+        yield Problem("", "vllm.native_binary", settings.native_binary, "must be an absolute path on the node")
+    if settings.hf_token_env and settings.hf_token_file:
+        yield Problem("", "vllm.hf_token_file", settings.hf_token_file,
+                      "set either hf_token_env or hf_token_file, not both")
+    if settings.hf_token_file and not settings.hf_token_file.startswith(("/", "~")):
+        yield Problem("", "vllm.hf_token_file", settings.hf_token_file,
+                      "must be an absolute or ~ path on the operator's machine")
+    # Budget inputs (sizes, shapes, CUDA total); the over-commit itself is the budget role's check.
+    yield from plan_host("", config).problems
+
+
+def preflight(config, info) -> Iterator[Problem]:
+    """On apply only: the token must be readable on the operator's machine, and safe for an env file."""
+    settings = config.vllm
+    if not settings.models or not (settings.hf_token_env or settings.hf_token_file):
+        return
+    source = (f"environment variable {settings.hf_token_env}" if settings.hf_token_env
+              else f"file {Path(settings.hf_token_file).expanduser()}")
+    token = read_token(settings)
+    field = "vllm.hf_token_env" if settings.hf_token_env else "vllm.hf_token_file"
+    if token is None:
+        yield Problem("", field, getattr(settings, field.split(".")[1]),
+                      f"no Hugging Face token in the {source} on this machine; export it or fix the setting")
+    elif not TOKEN.match(token):
+        yield Problem("", field, HIDDEN, f"the token in the {source} has characters an env file cannot hold "
+                                         f"safely (allowed: letters, digits, _ . -)")

@@ -1,0 +1,191 @@
+"""Role vllm on a real systemd node (native-binary mode), with a STAND-IN for the GPU server.
+
+The stand-in (/opt/standin/vllm, a small Python HTTP server that accepts
+`vllm serve --config FILE` and answers /health) replaces vLLM ONLY because no
+GPU exists on this machine: what is under test is sparkguard's part - the
+rendered units and configs, the restart policy, the oom_score_adj, the secret
+env file, and that serving follows sparkguard-training.target (shrink: restart
+with NAME.shared.yaml; stop: stopped while training) - not vLLM itself.
+
+Own node: bookworm on 127.0.80.x, booted and torn down by this module.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import pytest
+
+from sparkguard.converge import site_deploy
+from sparkguard.inventory import load_inventory
+from sparkguard.runner import run_deploy
+from tests.sandbox.conftest import booted_sandbox
+
+NODE = "node-1"
+TOKEN_ENV = "SPARKGUARD_TEST_HF_TOKEN"
+TOKEN = "hf_sandboxTOKEN0123456789"
+UNIT = "sparkguard-vllm@alpha.service"
+TARGET = "sparkguard-training.target"
+
+STANDIN = r'''#!/usr/bin/python3
+"""STAND-IN for `vllm serve --config FILE` (sparkguard sandbox test; no GPU here)."""
+import http.server, json, os, sys
+assert sys.argv[1:2] == ["serve"] and sys.argv[2] == "--config", sys.argv
+path = sys.argv[3]
+conf = {}
+for line in open(path):
+    if ":" in line and not line.startswith("#"):
+        key, _, value = line.partition(":")
+        conf[key.strip()] = value.strip()
+info = {"config": path, "kv": int(conf["kv-cache-memory-bytes"]), "pid": os.getpid(),
+        "hf_token": os.environ.get("HF_TOKEN") == "%s"}
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = json.dumps(info).encode() if self.path == "/standin" else b"ok"
+        self.send_response(200 if self.path in ("/health", "/standin") else 404)
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *args):
+        pass
+print("stand-in vllm serving", path, flush=True)
+http.server.HTTPServer((conf["host"], int(conf["port"])), H).serve_forever()
+''' % TOKEN
+
+
+def settings(policy: str) -> str:
+    return f"""\
+    earlyoom: {{enabled: false}}
+    swap: {{enabled: false}}
+    monitoring: {{enabled: false}}
+    budget: {{os_reserve_gib: 1}}
+    vllm:
+      runtime: native
+      native_binary: /opt/standin/vllm
+      cuda_total_gib: 16
+      listen: 127.0.80.1
+      during_training: {policy}
+      hf_token_env: {TOKEN_ENV}
+      models:
+        alpha: {{model: standin/alpha, weights_gib: 1, kv_cache_gib: 2, shared_kv_cache_gib: 0.5,
+                 runtime_overhead_gib: 0.5, port: 18580}}
+"""
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory):
+    os.environ[TOKEN_ENV] = TOKEN
+    try:
+        with booted_sandbox(tmp_path_factory, "bookworm", "127.0.80", 1) as handle:
+            rc, _, err = handle.ssh(NODE, "mkdir -p /opt/standin && cat > /opt/standin/vllm <<'EOF'\n"
+                                          f"{STANDIN}EOF\nchmod 0755 /opt/standin/vllm")
+            assert rc == 0, err
+            handle.shrink = handle.inventory_with(tmp_path_factory.mktemp("vllm-shrink"), settings("shrink"))
+            handle.stop = handle.inventory_with(tmp_path_factory.mktemp("vllm-stop"), settings("stop"))
+            yield handle
+    finally:
+        os.environ.pop(TOKEN_ENV, None)
+
+
+def apply(inventory_dir):
+    return run_deploy(load_inventory(inventory_dir), site_deploy)
+
+
+def sh(node, command: str) -> str:
+    rc, out, err = node.ssh(NODE, command)
+    assert rc == 0, (command, out, err)
+    return out.strip()
+
+
+def wait_for(predicate, timeout: float = 20.0, what: str = ""):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.3)
+
+
+def standin(node) -> dict | None:
+    """What the running server reports (config file, KV bytes, pid), or None while it is down."""
+    rc, out, _ = node.ssh(NODE, "python3 -c \"import urllib.request as u; "
+                                "print(u.urlopen('http://127.0.80.1:18580/standin', timeout=2).read().decode())\"")
+    return json.loads(out) if rc == 0 else None
+
+
+def main_pid(node) -> int:
+    return int(sh(node, f"systemctl show -p MainPID --value {UNIT}"))
+
+
+def test_apply_starts_the_server_with_budget_sizes_and_second_apply_is_clean(node):
+    first = apply(node.shrink)
+    assert first.ok, first.as_dict()
+    assert TOKEN not in json.dumps(first.as_dict())
+    second = apply(node.shrink)
+    assert second.ok and second.changed == 0, [h.changed_names for h in second.hosts]
+
+    info = wait_for(lambda: standin(node), what="the server's /health")
+    assert info["config"] == "/etc/sparkguard/vllm/alpha.yaml"
+    assert info["kv"] == 2 * 2**30                      # kv-cache-memory-bytes from the budget
+    assert info["hf_token"] is True                      # the env file reached the process
+    assert sh(node, f"systemctl is-active {UNIT}; systemctl is-enabled {UNIT}").split() == ["active", "enabled"]
+    # Serving dies after training (1000) and before every system service (0 and below).
+    assert sh(node, f"cat /proc/{main_pid(node)}/oom_score_adj") == "500"
+    # The token: 0600 root on the node, never in a render.
+    assert sh(node, "stat -c '%a %U' /etc/sparkguard/vllm/alpha.env") == "600 root"
+    assert f"HF_TOKEN={TOKEN}" in sh(node, "cat /etc/sparkguard/vllm/alpha.env")
+    config = sh(node, "cat /etc/sparkguard/vllm/alpha.yaml")
+    assert "gpu-memory-utilization: 0.22" in config    # (1 + 2 + 0.5) / 16 rounded up to 0.01
+
+
+def test_rendered_units_pass_systemd_analyze_verify(node):
+    apply(node.shrink)
+    rc, out, err = node.ssh(NODE, f"systemd-analyze verify {UNIT} sparkguard-vllm-training@alpha.service {TARGET}")
+    assert rc == 0, out + err
+    assert "sparkguard" not in err, err   # no warnings about our units either
+
+
+def test_restarts_after_a_crash(node):
+    apply(node.shrink)
+    wait_for(lambda: standin(node), what="the server")
+    before = main_pid(node)
+    sh(node, f"kill -9 {before}")
+    wait_for(lambda: (p := main_pid(node)) and p != before and standin(node), timeout=30, what="the restart")
+    assert sh(node, f"systemctl is-active {UNIT}") == "active"
+    assert sh(node, f"cat /proc/{main_pid(node)}/oom_score_adj") == "500"
+
+
+def test_shrink_follows_the_training_target(node):
+    apply(node.shrink)
+    full = wait_for(lambda: standin(node), what="the full server")
+    sh(node, f"systemctl start {TARGET}")
+    # `systemctl start` returns once the full-size server has exited and the shared one is started.
+    shared = wait_for(lambda: (i := standin(node)) and i["pid"] != full["pid"] and i, what="the shared server")
+    assert shared["config"] == "/etc/sparkguard/vllm/alpha.shared.yaml" and shared["kv"] == 2**29
+    assert sh(node, f"cat /proc/{main_pid(node)}/oom_score_adj") == "500"
+    # An apply during training keeps the shared size (no change, no restart to full).
+    assert apply(node.shrink).changed == 0
+    assert standin(node)["config"].endswith("alpha.shared.yaml")
+
+    sh(node, f"systemctl stop {TARGET}")
+    back = wait_for(lambda: (i := standin(node)) and i["config"].endswith("alpha.yaml") and i,
+                    what="the full-size server after training")
+    assert back["kv"] == 2 * 2**30
+    assert sh(node, f"systemctl is-active {TARGET} || true") == "inactive"
+
+
+def test_stop_policy_stops_serving_for_the_length_of_training(node):
+    result = apply(node.stop)
+    assert result.ok, result.as_dict()
+    assert apply(node.stop).changed == 0
+    wait_for(lambda: standin(node), what="the server")
+    sh(node, f"systemctl start {TARGET}")
+    assert sh(node, f"systemctl is-active {UNIT} || true") == "inactive"
+    assert standin(node) is None
+    sh(node, f"systemctl stop {TARGET}")
+    info = wait_for(lambda: standin(node), what="serving after training")
+    assert info["config"] == "/etc/sparkguard/vllm/alpha.yaml"
+    assert sh(node, f"systemctl is-active {UNIT}") == "active"

@@ -1,0 +1,142 @@
+"""Role swap on a VM with its own kernel and a real swap partition (never the host's swap).
+
+The VM (tests/vm/conftest.py) boots with LABEL=sgswap in its fstab, so swap is
+on at boot. Only roles base, earlyoom and swap are applied here (TCG is slow).
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from roles import ROLES
+from sparkguard.converge import site_deploy
+from sparkguard.inventory import load_inventory
+from sparkguard.runner import run_deploy
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.vm
+KEEP = {"base", "earlyoom", "swap"}
+TARGET = "sparkguard-training.target"
+ACTIVE_SWAPS = "tail -n +2 /proc/swaps | awk '{print $1, $5}'"
+
+
+def inventory(vm_node, tmp_path, swap_vars: str):
+    """The VM's inventory with only the roles under test enabled and the given swap settings."""
+    directory = vm_node.write_inventory(tmp_path / "inv")
+    text = (directory / "hosts.yml").read_text()
+    disabled = "".join(f"    {role.name}: {{enabled: false}}\n" for role in ROLES if role.name not in KEEP)
+    text = text.replace("  vars:\n", f"  vars:\n{disabled}    swap: {swap_vars}\n", 1)
+    (directory / "hosts.yml").write_text(text)
+    return directory
+
+
+def apply(directory):
+    result = run_deploy(load_inventory(directory), site_deploy)
+    assert result.ok, result.as_dict()
+    return result
+
+
+def converge(vm_node, tmp_path, swap_vars: str):
+    directory = inventory(vm_node, tmp_path, swap_vars)
+    apply(directory)
+    second = apply(directory)
+    assert second.changed == 0, second.hosts[0].changed_names
+    return directory
+
+
+def swaps(vm_node) -> str:
+    return vm_node.check(ACTIVE_SWAPS).strip()
+
+
+def test_on_off_on_round_trips_fstab_and_every_second_apply_is_clean(vm_node, tmp_path):
+    original = vm_node.check("cat /etc/fstab")
+    converge(vm_node, tmp_path / "on", "{mode: 'on', swappiness: 10}")
+    assert swaps(vm_node).startswith("/dev/vdb")
+    assert vm_node.check("sysctl -n vm.swappiness").strip() == "10"
+
+    converge(vm_node, tmp_path / "off", "{mode: 'off'}")
+    assert swaps(vm_node) == ""
+    assert "#sparkguard-swap-off# LABEL=sgswap" in vm_node.check("cat /etc/fstab")
+    assert vm_node.check("systemctl is-enabled swap.target || true").strip() == "masked"
+
+    converge(vm_node, tmp_path / "on2", "{mode: 'on'}")
+    assert vm_node.check("cat /etc/fstab") == original
+    assert swaps(vm_node).startswith("/dev/vdb")
+    assert vm_node.check("systemctl is-enabled swap.target || true").strip() != "masked"
+
+
+def test_mode_holds_after_reboot(vm_node, tmp_path):
+    converge(vm_node, tmp_path / "off", "{mode: 'off'}")
+    vm_node.reboot()
+    assert swaps(vm_node) == ""
+    converge(vm_node, tmp_path / "training", "{mode: training-off}")
+    assert swaps(vm_node).startswith("/dev/vdb")
+    vm_node.reboot()
+    assert swaps(vm_node).startswith("/dev/vdb")
+    assert vm_node.check(f"systemctl is-active {TARGET} || true").strip() == "inactive"
+
+
+@pytest.fixture
+def training_mode(vm_node, tmp_path):
+    converge(vm_node, tmp_path / "training", "{mode: training-off}")
+    before = swaps(vm_node)
+    assert before.startswith("/dev/vdb")
+    return before
+
+
+@pytest.mark.parametrize("job,expected_rc", [
+    ("exit 0", 0),
+    ("exit 1", 1),
+    ("kill -9 $$", 137),
+])
+def test_swap_off_during_training_and_back_however_the_job_ends(vm_node, training_mode, job, expected_rc):
+    rc, out, err = vm_node.ssh(f"sparkguard-train -- sh -c \"{ACTIVE_SWAPS} | wc -l; {job}\"")
+    assert rc == expected_rc, err
+    assert out.strip().splitlines()[0] == "0", "swap must be off while the job runs"
+    assert swaps(vm_node) == training_mode, "exactly the swap that was on comes back (device and priority)"
+    assert vm_node.check(f"systemctl is-active {TARGET} || true").strip() == "inactive"
+
+
+def test_swap_back_after_the_launcher_is_killed_once_the_job_ends(vm_node, training_mode):
+    vm_node.ssh("(setsid sparkguard-train --name orphan -- sleep 8 > /dev/null 2>&1 &); sleep 3; "
+                "pkill -9 -f '[s]parkguard-train --name orphan'")
+    assert swaps(vm_node) == "", "the job goes on (and swap stays off) after its launcher died"
+    deadline = time.time() + 60
+    while time.time() < deadline and swaps(vm_node) != training_mode:
+        time.sleep(2)
+    assert swaps(vm_node) == training_mode
+
+
+def test_preflight_refuses_a_job_that_does_not_fit_and_swap_stays_on(vm_node, training_mode):
+    rc, _, err = vm_node.ssh("sparkguard-train --peak-gib 64 -- true")
+    assert rc == 75 and "refused" in err
+    assert swaps(vm_node) == training_mode
+
+
+def test_swapoff_that_would_run_out_of_memory_is_refused_cleanly(vm_node, training_mode):
+    """Swap holds more than RAM can take back: training is refused, swap is left exactly as it was."""
+    hog = (REPO / "tools" / "sparkguard-anon-hog").read_text()
+    vm_node.check("systemctl stop earlyoom && cat > /usr/local/bin/sparkguard-anon-hog <<'SGEOF'\n"
+                  f"{hog}SGEOF\nchmod +x /usr/local/bin/sparkguard-anon-hog")
+    try:
+        total_mib = int(vm_node.check("awk '/MemTotal/{print int($2/1024)}' /proc/meminfo"))
+        vm_node.check(f"systemd-run --unit sg-swapfill -p OOMScoreAdjust=500 sparkguard-anon-hog "
+                      f"--mib {total_mib - 60} --comm sg-swapfill")
+        deadline = time.time() + 180
+        used = 0
+        while time.time() < deadline:
+            used = int(vm_node.check("awk '/SwapTotal/{t=$2} /SwapFree/{f=$2} END{print t-f}' /proc/meminfo"))
+            if used > 64 * 1024:
+                break
+            time.sleep(3)
+        assert used > 64 * 1024, "the fill did not push pages to swap"
+        rc, _, err = vm_node.ssh("sparkguard-train -- true", timeout=300)
+        assert rc == 75, err
+        assert "refusing to turn swap off" in vm_node.check("journalctl -u sparkguard-swapoff -n 20 -o cat")
+        assert swaps(vm_node) == training_mode
+        assert vm_node.check(f"systemctl is-active {TARGET} || true").strip() != "active"
+    finally:
+        vm_node.ssh("systemctl stop sg-swapfill; systemctl reset-failed sg-swapfill sparkguard-swapoff "
+                    f"{TARGET}; systemctl start earlyoom")
