@@ -36,7 +36,7 @@ install_promtool() {
   # a package install would start a Prometheus server on this machine.
   if [ -x "$TOOLS/prometheus/usr/bin/promtool" ]; then return; fi
   log "unpacking promtool from Debian's prometheus package"
-  local tmp; tmp=$(mktemp -d); chmod 755 "$tmp"
+  local tmp; tmp=$(mktemp -d); chmod 755 "$tmp"; chown _apt "$tmp" 2>/dev/null || true
   (cd "$tmp" && apt-get download -qq prometheus)
   mkdir -p "$TOOLS/prometheus"
   dpkg-deb -x "$tmp"/prometheus_*.deb "$TOOLS/prometheus"

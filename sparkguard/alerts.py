@@ -112,6 +112,8 @@ class AlertThresholds:
     """How long earlyoom may be inactive (or its unit state missing) before EarlyoomDown fires."""
     earlyoom_kills_metric: str = "sparkguard_earlyoom_kills_total"
     """Textfile counter incremented by the earlyoom hook on each kill (one series per victim)."""
+    earlyoom_kills_all_metric: str = "sparkguard_earlyoom_kills_all_total"
+    """Counter of all kills on the node; it exists from 0, so increase() also sees a node's first kill."""
     earlyoom_victim_label: str = "victim"
     """Label of ``earlyoom_kills_metric`` that names the killed process (its comm)."""
     earlyoom_kill_window: str = "10m"
@@ -321,7 +323,9 @@ def _rules(t: AlertThresholds) -> list[dict]:
                 f"    unless {kills} offset {t.earlyoom_kill_window}\n"
                 f")\n"
                 f"and on(instance)\n"
-                f"up{{{job}}} offset {t.earlyoom_kill_window} == 1"
+                f"up{{{job}}} offset {t.earlyoom_kill_window} == 1\n"
+                f"or on(instance)\n"
+                f"increase({t.earlyoom_kills_all_metric}{{{job}}}[{t.earlyoom_kill_window}]) > 0"
             ),
             "for": "",
             "severity": "warning",

@@ -319,6 +319,24 @@ def test_earlyoom_killed_process(promtool, tmp_path):
     assert_passes(promtool_test(tmp_path, [sc]))
 
 
+def test_first_kill_on_a_freshly_scraped_node_is_reported(promtool, tmp_path):
+    """Scraped for 3 minutes only: the per-victim branches cannot see the kill, the all-kills counter can."""
+    end = 20
+    n = end + 1
+    sc = Scenario("first kill on a fresh node", healthy_series(end, [60 * GB] * n), end)
+    sc.series.append(Series("sparkguard_earlyoom_kills_total", [None] * 3 + [1.0] * (n - 3),
+                            {**NODE, "victim": "pt_main_thread"}))
+    sc.series.append(Series("sparkguard_earlyoom_kills_all_total", [0.0] * 3 + [1.0] * (n - 3), dict(NODE)))
+    sc.expect.update({
+        ("EarlyoomKilledProcess", 2): [],
+        ("EarlyoomKilledProcess", 4): [dict(NODE)],  # only the all-kills counter sees it yet
+        # 10 minutes of scrape history: the per-victim branch now names the victim as well
+        ("EarlyoomKilledProcess", 12): [{**NODE, "victim": "pt_main_thread"}],
+        ("EarlyoomKilledProcess", 20): [],
+    })
+    assert_passes(promtool_test(tmp_path, [sc]))
+
+
 def test_swap_on_during_training(promtool, tmp_path):
     end = 40
     n = end + 1

@@ -1,0 +1,16 @@
+"""Role ``monitoring``: node-level memory truth, corrected cAdvisor, alerts from earlyoom's lines."""
+
+from sparkguard.role import Role
+
+from .checks import problems
+from .settings import MonitoringSettings
+from .state import desired_state
+
+ROLE = Role(
+    name="monitoring",
+    settings=MonitoringSettings,
+    desired_state=desired_state,
+    summary="node_exporter + node memory textfile, Prometheus with alerts on earlyoom's lines, corrected cAdvisor,"
+            " Grafana provisioning, Alertmanager",
+    checks=problems,
+)

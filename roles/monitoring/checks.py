@@ -1,0 +1,150 @@
+"""Cross-field checks of role ``monitoring`` (run by validate, render and apply; exit 2)."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Iterator
+
+from sparkguard.alerts import AlertThresholds, duration_seconds
+from sparkguard.errors import Problem
+
+from .addresses import alertmanager_target, check_url, default_address, split_host_port
+from .cadvisor import VALID_METRICS, unknown_metrics
+from .resolve import EARLYOOM_FIELDS, thresholds
+
+_SIZE = re.compile(r"^[0-9]+(B|KB|MB|GB|TB|PB|EB)$")
+_IMAGE = re.compile(r"^[a-z0-9.-]+(:[0-9]+)?(/[a-z0-9._-]+)+(:[A-Za-z0-9._-]+|@sha256:[0-9a-f]{64})$")
+_UNIT_PATTERN = re.compile(r"^[A-Za-z0-9@_.*+?\-\[\]]+$")
+_EMAIL = re.compile(r"^[^@\s\"']+@[^@\s\"']+$")
+
+
+def problems(config) -> Iterator[Problem]:
+    settings = config.monitoring
+    yield from _addresses(config)
+    for field in ("prometheus.scrape_interval", "prometheus.evaluation_interval", "prometheus.retention_time",
+                  "cadvisor.housekeeping_interval", "alertmanager.group_wait", "alertmanager.repeat_interval"):
+        value = _get(settings, field)
+        try:
+            if duration_seconds(value) <= 0:
+                raise ValueError("must be longer than 0s")
+        except ValueError as error:
+            yield Problem("", f"monitoring.{field}", value, f"{error} (a Prometheus duration like 15s, 5m, 30d)")
+    if not _SIZE.match(settings.prometheus.retention_size):
+        yield Problem("", "monitoring.prometheus.retention_size", settings.prometheus.retention_size,
+                      "a size like 10GB or 512MB (units B, KB, MB, GB, TB, PB, EB)")
+    for index, pattern in enumerate(settings.node_exporter.systemd_units):
+        if not _UNIT_PATTERN.match(pattern):
+            yield Problem("", f"monitoring.node_exporter.systemd_units[{index}]", pattern,
+                          "a unit name pattern without the suffix (letters, digits, @_.-*+?[]; no | ( ) or spaces)")
+    for index, name in enumerate(settings.cadvisor.disable_metrics_extra):
+        if name in unknown_metrics((name,)):
+            yield Problem("", f"monitoring.cadvisor.disable_metrics_extra[{index}]", name,
+                          f"cAdvisor would refuse to start (unknown metric set); valid: {', '.join(VALID_METRICS)}")
+    if not _IMAGE.match(settings.cadvisor.image):
+        yield Problem("", "monitoring.cadvisor.image", settings.cadvisor.image,
+                      "a pinned image reference REGISTRY/NAME:TAG or @sha256:DIGEST (no 'latest' surprises: pin it)")
+    elif settings.cadvisor.image.endswith(":latest"):
+        yield Problem("", "monitoring.cadvisor.image", settings.cadvisor.image, "pin a release tag, not latest")
+    for index, rule in enumerate(settings.prometheus.extra_rules):
+        reason = _rule_problem(rule)
+        if reason:
+            yield Problem("", f"monitoring.prometheus.extra_rules[{index}]", rule, reason)
+    yield from _alerting(settings)
+    yield from _thresholds(config)
+
+
+def _get(settings, dotted: str):
+    value = settings
+    for part in dotted.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def _addresses(config) -> Iterator[Problem]:
+    settings = config.monitoring
+    for block in ("node_exporter", "prometheus", "cadvisor", "alertmanager"):
+        value = getattr(settings, block).listen_address
+        shown = value or default_address(config.ssh_host, 1)
+        try:
+            split_host_port(value or shown)
+        except ValueError as error:
+            where = "" if value else " (from ssh_host, since listen_address is empty; set it explicitly)"
+            yield Problem("", f"monitoring.{block}.listen_address", value, f"{error}{where}; expected HOST:PORT,"
+                          f" e.g. 192.0.2.11:9100")
+    for field in ("node_targets", "cadvisor_targets", "vllm_targets"):
+        for index, target in enumerate(getattr(settings.prometheus, field)):
+            try:
+                split_host_port(target)
+            except ValueError as error:
+                yield Problem("", f"monitoring.prometheus.{field}[{index}]", target,
+                              f"{error}; a scrape target is HOST:PORT, e.g. 192.0.2.11:8000")
+
+
+def _rule_problem(rule: dict) -> str | None:
+    kinds = [k for k in ("alert", "record") if k in rule]
+    if len(kinds) != 1:
+        return "a rule needs exactly one of 'alert' or 'record'"
+    if not isinstance(rule.get("expr"), str) or not rule["expr"].strip():
+        return "a rule needs an 'expr' (PromQL text); promtool checks it on the node"
+    allowed = {"alert", "record", "expr", "for", "keep_firing_for", "labels", "annotations"}
+    extra = sorted(set(rule) - allowed)
+    if extra:
+        return f"unknown keys {extra}; allowed: {sorted(allowed)}"
+    if "for" in rule:
+        try:
+            duration_seconds(str(rule["for"]))
+        except ValueError as error:
+            return str(error)
+    return None
+
+
+def _alerting(settings) -> Iterator[Problem]:
+    am = settings.alertmanager
+    if am.webhook_url:
+        try:
+            check_url(am.webhook_url)
+        except ValueError as error:
+            yield Problem("", "monitoring.alertmanager.webhook_url", am.webhook_url, str(error))
+    if am.email_to or am.email_from or am.email_smarthost:
+        for field in ("email_to", "email_from"):
+            if not _EMAIL.match(getattr(am, field)):
+                yield Problem("", f"monitoring.alertmanager.{field}", getattr(am, field),
+                              "email needs email_to, email_from (addresses) and email_smarthost (HOST:PORT)")
+        try:
+            split_host_port(am.email_smarthost)
+        except ValueError as error:
+            yield Problem("", "monitoring.alertmanager.email_smarthost", am.email_smarthost, f"{error}; HOST:PORT")
+    if am.mode == "local" and settings.prometheus.enabled and not (am.webhook_url or am.email_to):
+        yield Problem("", "monitoring.alertmanager.mode", am.mode,
+                      "a local Alertmanager needs a receiver: set monitoring.alertmanager.webhook_url or email_to"
+                      " (or mode: external with external_urls, or mode: none to keep the rules in Prometheus only)")
+    if am.mode == "external" and not am.external_urls:
+        yield Problem("", "monitoring.alertmanager.external_urls", am.external_urls,
+                      "mode external needs at least one Alertmanager URL, e.g. http://alertmanager.example:9093")
+    for index, url in enumerate(am.external_urls):
+        try:
+            alertmanager_target(url)
+        except ValueError as error:
+            yield Problem("", f"monitoring.alertmanager.external_urls[{index}]", url, str(error))
+
+
+def _thresholds(config) -> Iterator[Problem]:
+    overrides = config.monitoring.alerts.overrides
+    known = {f.name for f in dataclasses.fields(AlertThresholds)}
+    bad = False
+    for key in overrides:
+        if key in EARLYOOM_FIELDS:
+            bad = True
+            yield Problem("", f"monitoring.alerts.overrides.{key}", overrides[key],
+                          f"the earlyoom lines come from earlyoom.{key}; set it there, so alerts and earlyoom agree")
+        elif key not in known:
+            bad = True
+            yield Problem("", f"monitoring.alerts.overrides.{key}", overrides[key],
+                          f"not an alert threshold; known: {', '.join(sorted(known - set(EARLYOOM_FIELDS)))}")
+    if bad:
+        return
+    try:
+        thresholds(config)
+    except (TypeError, ValueError) as error:
+        yield Problem("", "monitoring.alerts.overrides", dict(overrides), str(error))

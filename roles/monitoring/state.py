@@ -1,0 +1,239 @@
+"""Desired state of role ``monitoring``."""
+
+from __future__ import annotations
+
+import yaml
+
+from sparkguard.alerts import render_alert_rules
+from sparkguard import layout
+from sparkguard.layout import CONFIG_DIR, LIB_DIR, TEXTFILE_DIR, dropin_path, unit_path
+from sparkguard.role import RoleContext
+from sparkguard.state import DesiredState, ManagedFile, Service
+from sparkguard.templating import render_template
+
+from .addresses import alertmanager_target, split_host_port
+from .cadvisor import disabled_metrics
+from .grafana import DATASOURCE_UID, dashboard_json
+from .resolve import resolve, thresholds
+from .settings import MonitoringSettings
+
+NODE_EXPORTER_DEFAULTS = "/etc/default/prometheus-node-exporter"
+PROMETHEUS_DEFAULTS = "/etc/default/prometheus"
+PROMETHEUS_DROPIN = dropin_path("prometheus.service")
+PROMETHEUS_CONFIG = "/etc/prometheus/prometheus.yml"
+ALERT_RULES = "/etc/prometheus/sparkguard-alerts.yml"
+SITE_RULES = "/etc/prometheus/sparkguard-site-rules.yml"
+ALERTMANAGER_DEFAULTS = "/etc/default/prometheus-alertmanager"
+ALERTMANAGER_CONFIG = "/etc/prometheus/alertmanager.yml"
+NODE_METRICS_SCRIPT = f"{LIB_DIR}/node-metrics"
+NODE_METRICS_SERVICE = "sparkguard-node-metrics.service"
+NODE_METRICS_TIMER = "sparkguard-node-metrics.timer"
+NODE_METRICS_TEXTFILE = f"{TEXTFILE_DIR}/sparkguard_node.prom"
+CADVISOR_UNIT = "sparkguard-cadvisor.service"
+GRAFANA_DIR = f"{CONFIG_DIR}/grafana"
+# Built by role swap (sparkguard-train); absent on a node without it: training mode 0.
+TRAINING_TARGET = getattr(layout, "TRAINING_TARGET", "sparkguard-training.target")
+GRAFANA_DATASOURCE = f"{GRAFANA_DIR}/provisioning/datasources/sparkguard.yml"
+GRAFANA_PROVIDER = f"{GRAFANA_DIR}/provisioning/dashboards/sparkguard.yml"
+GRAFANA_DASHBOARD = f"{GRAFANA_DIR}/dashboards/node-memory-truth.json"
+
+HEADER = ("# Managed by sparkguard (role monitoring, roles/monitoring/state.py). Do not edit on the node:\n"
+          "# change the inventory and apply again. See docs/roles/monitoring.md.\n")
+UNIT_SUFFIXES = "(service|socket|timer|path|target)"
+JSON_CHECK = "! command -v python3 >/dev/null || python3 -m json.tool {path} >/dev/null"
+CADVISOR_CHECK = ("command -v docker >/dev/null || { echo 'sparkguard: monitoring.cadvisor is enabled but this node"
+                  " has no docker (/usr/bin/docker); install Docker or set monitoring.cadvisor.enabled: false' >&2;"
+                  " exit 1; }; systemd-analyze verify {path}")
+
+
+def _yaml(document: dict) -> str:
+    return HEADER + yaml.safe_dump(document, sort_keys=False, default_flow_style=False, width=120)
+
+
+def unit_include_regex(patterns: tuple[str, ...]) -> str:
+    """node_exporter anchors the regex itself; ``[.]`` instead of ``\\.`` survives every layer of unquoting."""
+    return f"({'|'.join(patterns)})[.]{UNIT_SUFFIXES}"
+
+
+def node_exporter_args(listen: str, settings: MonitoringSettings) -> list[str]:
+    return [
+        f"--web.listen-address={listen}",
+        f"--collector.textfile.directory={TEXTFILE_DIR}",
+        "--collector.systemd",
+        f"--collector.systemd.unit-include={unit_include_regex(settings.node_exporter.systemd_units)}",
+        "--collector.pressure",
+        "--collector.meminfo",
+    ]
+
+
+def prometheus_args(listen: str, settings: MonitoringSettings) -> list[str]:
+    return [
+        f"--web.listen-address={listen}",
+        f"--storage.tsdb.retention.time={settings.prometheus.retention_time}",
+        f"--storage.tsdb.retention.size={settings.prometheus.retention_size}",
+    ]
+
+
+def prometheus_config(ctx: RoleContext) -> dict:
+    settings: MonitoringSettings = ctx.settings("monitoring")
+    where = resolve(ctx.config)
+    rule_files = [ALERT_RULES] + ([SITE_RULES] if settings.prometheus.extra_rules else [])
+    config: dict = {
+        "global": {
+            "scrape_interval": settings.prometheus.scrape_interval,
+            "evaluation_interval": settings.prometheus.evaluation_interval,
+            "external_labels": {"sparkguard_prometheus": ctx.host},
+        },
+        "rule_files": rule_files,
+    }
+    mode = settings.alertmanager.mode
+    if mode == "local":
+        config["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": [where.alertmanager]}]}]}
+    elif mode == "external":
+        config["alerting"] = {"alertmanagers": [alertmanager_target(u) for u in settings.alertmanager.external_urls]}
+    jobs = [
+        {"job_name": "prometheus", "static_configs": [{"targets": [where.prometheus]}]},
+        {"job_name": thresholds(ctx.config).node_job, "static_configs": [{"targets": list(where.node_targets)}]},
+    ]
+    if where.cadvisor_targets:
+        jobs.append({
+            "job_name": "cadvisor",
+            "static_configs": [{"targets": list(where.cadvisor_targets)}],
+            # Belt and braces: host-network containers report the host NIC as their own traffic.
+            "metric_relabel_configs": [{"source_labels": ["__name__"], "regex": "container_network_.*",
+                                        "action": "drop"}],
+        })
+    if settings.prometheus.vllm_targets:
+        jobs.append({"job_name": "vllm", "metrics_path": "/metrics",
+                     "static_configs": [{"targets": list(settings.prometheus.vllm_targets)}]})
+    config["scrape_configs"] = jobs
+    return config
+
+
+def site_rules(settings: MonitoringSettings) -> str:
+    rules = [dict(rule) for rule in settings.prometheus.extra_rules]
+    return _yaml({"groups": [{"name": "site", "rules": rules}]})
+
+
+def alertmanager_config(settings: MonitoringSettings) -> dict:
+    am = settings.alertmanager
+    receiver: dict = {"name": "sparkguard"}
+    if am.webhook_url:
+        receiver["webhook_configs"] = [{"url": am.webhook_url, "send_resolved": True}]
+    if am.email_to:
+        receiver["email_configs"] = [{"to": am.email_to, "from": am.email_from, "smarthost": am.email_smarthost,
+                                      "send_resolved": True}]
+    return {
+        "route": {
+            "receiver": "sparkguard",
+            "group_by": ["alertname", "instance"],
+            "group_wait": am.group_wait,
+            "group_interval": "5m",
+            "repeat_interval": am.repeat_interval,
+        },
+        "inhibit_rules": [{
+            # earlyoom is about to act: the warning adds nothing.
+            "source_matchers": ['alertname="NodeMemoryAvailableCritical"'],
+            "target_matchers": ['alertname="NodeMemoryAvailableLow"'],
+            "equal": ["instance"],
+        }],
+        "receivers": [receiver],
+    }
+
+
+def grafana_files(ctx: RoleContext) -> tuple[ManagedFile, ...]:
+    where = resolve(ctx.config)
+    datasource = {"apiVersion": 1, "datasources": [{
+        "name": "sparkguard Prometheus", "type": "prometheus", "uid": DATASOURCE_UID, "access": "proxy",
+        "url": where.grafana_url, "isDefault": True, "editable": False,
+    }]}
+    provider = {"apiVersion": 1, "providers": [{
+        "name": "sparkguard", "folder": "sparkguard", "type": "file", "disableDeletion": True,
+        "allowUiUpdates": False, "options": {"path": f"{GRAFANA_DIR}/dashboards"},
+    }]}
+    return (
+        ManagedFile(GRAFANA_DATASOURCE, _yaml(datasource)),
+        ManagedFile(GRAFANA_PROVIDER, _yaml(provider)),
+        ManagedFile(GRAFANA_DASHBOARD, dashboard_json(thresholds(ctx.config)), validate=JSON_CHECK),
+    )
+
+
+def desired_state(ctx: RoleContext) -> DesiredState:
+    settings: MonitoringSettings = ctx.settings("monitoring")
+    where = resolve(ctx.config)
+    t = thresholds(ctx.config)
+    unified = ctx.node.unified_memory
+    packages = ["prometheus-node-exporter"]
+    files = [
+        ManagedFile(NODE_EXPORTER_DEFAULTS, render_template(
+            "monitoring/node-exporter.default.j2", listen=where.node_exporter,
+            units_doc=", ".join(settings.node_exporter.systemd_units),
+            args=" ".join(node_exporter_args(where.node_exporter, settings))), before_packages=True),
+        ManagedFile(NODE_METRICS_SCRIPT, render_template(
+            "monitoring/node-metrics.sh.j2", textfile=NODE_METRICS_TEXTFILE, training_target=TRAINING_TARGET,
+            unified="auto" if unified is None else int(unified), device_profile=ctx.node.device_class,
+            swap_allowed=int(settings.node_exporter.swap_allowed_during_training)),
+            mode="0755", validate="sh -n {path}"),
+        ManagedFile(unit_path(NODE_METRICS_SERVICE), render_template(
+            "monitoring/node-metrics.service.j2", script=NODE_METRICS_SCRIPT),
+            validate="systemd-analyze verify {path}"),
+        ManagedFile(unit_path(NODE_METRICS_TIMER), render_template(
+            "monitoring/node-metrics.timer.j2", interval=settings.node_exporter.metrics_interval_s),
+            validate="systemd-analyze verify {path}"),
+    ]
+    services = [
+        Service("prometheus-node-exporter.service", restart_on=(NODE_EXPORTER_DEFAULTS,)),
+        Service(NODE_METRICS_TIMER, restart_on=(unit_path(NODE_METRICS_TIMER),)),
+    ]
+
+    if settings.prometheus.enabled:
+        packages.append("prometheus")
+        host, port = split_host_port(where.prometheus)
+        files.append(ManagedFile(PROMETHEUS_DEFAULTS, render_template(
+            "monitoring/prometheus.default.j2", listen=where.prometheus,
+            retention_time=settings.prometheus.retention_time, retention_size=settings.prometheus.retention_size,
+            args=" ".join(prometheus_args(where.prometheus, settings))), before_packages=True))
+        files.append(ManagedFile(PROMETHEUS_DROPIN, render_template(
+            "monitoring/prometheus-ready.conf.j2", host=host, port=port)))
+        # The rules go live before prometheus.yml: `promtool check config` loads the rule files it names.
+        files.append(ManagedFile(ALERT_RULES, render_alert_rules(t), validate="promtool check rules {path}"))
+        reload_on = [PROMETHEUS_CONFIG, ALERT_RULES]
+        if settings.prometheus.extra_rules:
+            files.append(ManagedFile(SITE_RULES, site_rules(settings), validate="promtool check rules {path}"))
+            reload_on.append(SITE_RULES)
+        files.append(ManagedFile(PROMETHEUS_CONFIG, _yaml(prometheus_config(ctx)),
+                                 validate="promtool check config {path}"))
+        services.append(Service("prometheus.service", restart_on=(PROMETHEUS_DEFAULTS, PROMETHEUS_DROPIN),
+                                reload_on=tuple(reload_on)))
+        if settings.alertmanager.mode == "local":
+            packages.append("prometheus-alertmanager")
+            files.append(ManagedFile(ALERTMANAGER_DEFAULTS, render_template(
+                "monitoring/alertmanager.default.j2", listen=where.alertmanager,
+                args=f"--web.listen-address={where.alertmanager} --cluster.listen-address="), before_packages=True))
+            files.append(ManagedFile(ALERTMANAGER_CONFIG, _yaml(alertmanager_config(settings)),
+                                     validate="amtool check-config {path}", group="prometheus", mode="0640",
+                                     # A webhook URL (Slack, ntfy) is a credential: render shows a placeholder.
+                                     secret=bool(settings.alertmanager.webhook_url)))
+            services.append(Service("prometheus-alertmanager.service",
+                                    restart_on=(ALERTMANAGER_DEFAULTS, ALERTMANAGER_CONFIG)))
+
+    if where.cadvisor_enabled:
+        host, port = split_host_port(where.cadvisor)
+        files.append(ManagedFile(unit_path(CADVISOR_UNIT), render_template(
+            "monitoring/cadvisor.service.j2", image=settings.cadvisor.image, host=host, port=port,
+            housekeeping=settings.cadvisor.housekeeping_interval,
+            extra=", ".join(settings.cadvisor.disable_metrics_extra),
+            disabled=",".join(disabled_metrics(settings.cadvisor.disable_metrics_extra))),
+            validate=CADVISOR_CHECK))
+        services.append(Service(CADVISOR_UNIT, restart_on=(unit_path(CADVISOR_UNIT),)))
+
+    if settings.grafana.enabled:
+        files.extend(grafana_files(ctx))
+
+    return DesiredState(
+        role="monitoring",
+        packages=tuple(packages),
+        files=tuple(files),
+        services=tuple(services),
+    )
+
