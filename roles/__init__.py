@@ -5,7 +5,7 @@ its documentation, in one place), ``state.py`` (the pure desired-state
 function) and ``ROLE``, registered here.
 """
 
-from . import base, budget, earlyoom, monitoring, swap, vllm
+from . import base, budget, earlyoom, monitoring, recovery, swap, vllm
 
-ROLES = (base.ROLE, earlyoom.ROLE, swap.ROLE, monitoring.ROLE, budget.ROLE, vllm.ROLE)
+ROLES = (base.ROLE, earlyoom.ROLE, swap.ROLE, recovery.ROLE, monitoring.ROLE, budget.ROLE, vllm.ROLE)
 ROLES_BY_NAME = {role.name: role for role in ROLES}

@@ -202,6 +202,17 @@ def _host_memtotal_gib() -> float:
     raise SandboxError("sandbox: cannot read MemTotal")
 
 
+def _host_kernel_vars() -> dict:
+    """Settings the nodes need because they share this host's kernel.
+
+    A kernel built without CONFIG_MAGIC_SYSRQ has no kernel.sysrq: role recovery's
+    sysctl validator would (rightly) refuse to manage it on these nodes.
+    """
+    if Path("/proc/sys/kernel/sysrq").exists():
+        return {}
+    return {"recovery": {"sysctl": {"sysrq": None}}}
+
+
 def write_inventory(box: Sandbox) -> Path:
     box.inventory_dir.mkdir(parents=True, exist_ok=True)
     document = {
@@ -213,6 +224,7 @@ def write_inventory(box: Sandbox) -> Path:
                 "ssh_host_key_checking": "yes",
                 # nspawn nodes share the host kernel, so they see the host's MemTotal.
                 "node": {"memory_total_gib": _host_memtotal_gib(), "device_profile": "cpu-only"},
+                **_host_kernel_vars(),
             },
             "children": {"sandbox": {"hosts": {n.name: {"ssh_host": n.address} for n in box.nodes}}},
         }

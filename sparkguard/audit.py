@@ -1,0 +1,477 @@
+"""``sparkguard audit``: what a node has, compared with what apply would give it. Read-only.
+
+Per host, ONE command over SSH (one round trip after the connection is set up):
+a probe script built from the host's desired states (``render.host_states``)
+prints, line by line, the sha256/mode/owner of every managed file, each
+package's status, each service's enabled/active state, each sysctl's live value,
+the result of each ``Ensure`` check (the same check apply runs before fixing),
+and the runtime facts the protections rest on (earlyoom's command line, sshd's
+oom_score_adj, PID 1's watchdog, the journal, cgroup memory protection, ...).
+Everything is then compared here, offline. The probe writes nothing on the node.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import shlex
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from pyinfra.api import Config, FactBase, State
+from pyinfra.api import Inventory as PyinfraInventory
+from pyinfra.api.connect import connect_all, disconnect_all
+from pyinfra.api.exceptions import PyinfraError
+from pyinfra.api.facts import get_fact
+from pyinfra.api.state import StateStage
+from pyinfra.connectors.sshuserclient.client import get_host_keys
+from pyinfra.context import ctx_host, ctx_state
+
+from .errors import ConfigError, Problem
+from .facts import _PROBE, NodeInfo, parse_probe
+from .inventory import Inventory, InventoryHost
+from .operations import _normal_mode
+from .render import host_states
+from .runner import _ConnectErrors, _quiet_pyinfra, explain_connect_error
+from .state import DesiredState
+
+# SSH round trips per host: the connection (key exchange + auth), then this many commands.
+COMMANDS_PER_HOST = 1
+ENABLED_STATES = {"enabled", "enabled-runtime", "static", "alias", "indirect", "generated", "linked"}
+MANAGER = "org.freedesktop.systemd1 /org/freedesktop/systemd1 org.freedesktop.systemd1.Manager"
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    expected: str
+    actual: str
+
+
+@dataclass
+class HostAudit:
+    host: str
+    checks: list[Check] = field(default_factory=list)
+    node: NodeInfo | None = None
+    seconds: float = 0.0
+    commands: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.checks) and all(c.ok for c in self.checks)
+
+    def add(self, name: str, ok: bool, expected: str, actual: str) -> None:
+        self.checks.append(Check(name, bool(ok), expected, actual))
+
+
+@dataclass
+class AuditResult:
+    hosts: list[HostAudit]
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return all(h.ok for h in self.hosts)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "seconds": round(self.seconds, 3),
+            "ssh_commands_per_host": COMMANDS_PER_HOST,
+            "hosts": [
+                {"host": h.host, "ok": h.ok, "commands": h.commands,
+                 "checks": [asdict(c) for c in h.checks]}
+                for h in self.hosts
+            ],
+        }
+
+
+# ---------------------------------------------------------------- the probe
+
+_HELPERS = r"""
+LC_ALL=C
+t=$(printf '\t')
+f() { if [ -f "$2" ]; then printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$(stat -c '%a:%U:%G' "$2")" "$(sha256sum < "$2" | cut -d' ' -f1)"; else printf '%s\t%s\tabsent\t-\n' "$1" "$2"; fi; }
+r() { printf '@@R\t%s\t%s\n' "$1" "$(printf '%s' "$2" | tr '\t\n' '  ')"; }
+pk() { printf '@@P\t%s\t%s\n' "$1" "$(dpkg-query -W -f='${db:Status-Status}' "$1" 2>/dev/null || echo absent)"; }
+sv() { printf '@@S\t%s\t%s\t%s\n' "$1" "$(systemctl is-enabled "$1" 2>/dev/null || true)" "$(systemctl is-active "$1" 2>/dev/null || true)"; }
+sc() { printf '@@K\t%s\t%s\n' "$1" "$(tr '\t\n' '  ' < "/proc/sys/$(printf '%s' "$1" | tr . /)" 2>/dev/null || echo absent)"; }
+ck() { if ( eval "$2" ) >/dev/null 2>&1; then printf '@@C\t%s\tyes\n' "$1"; else printf '@@C\t%s\tno\n' "$1"; fi; }
+ed() { if [ -f "$2" ]; then printf '@@D\t%s\t%s\n' "$1" "$(base64 -w0 < "$2")"; else printf '@@D\t%s\tabsent\n' "$1"; fi; }
+mp() { printf '%s' "$(busctl get-property $MANAGER "$1" 2>/dev/null)"; }
+"""
+
+
+def _q(value: str) -> str:
+    return shlex.quote(value)
+
+
+def build_probe(entry: InventoryHost, states: list[DesiredState]) -> str:
+    """The one script run on the node. Read-only: it only reads files, /proc, /sys and systemd."""
+    lines = [_PROBE.replace("\ntrue\n", "\n"), f"MANAGER={_q(MANAGER)}", _HELPERS]
+    cfg = entry.config
+    for state in states:
+        for package in state.packages:
+            lines.append(f"pk {_q(package)}")
+        for managed in state.files:
+            lines.append(f"f @@F {_q(managed.path)}")
+        for service in state.services:
+            lines.append(f"sv {_q(service.name)}")
+        for key in state.sysctls:
+            lines.append(f"sc {_q(key)}")
+        for index, edit in enumerate(state.edits):
+            lines.append(f"ed {_q(f'{state.role}.{index}')} {_q(edit.path)}")
+        for index, item in enumerate(state.ensures):
+            lines.append(f"ck {_q(f'{state.role}.{index}')} {_q(item.check)}")
+    roles = {s.role for s in states}
+    lines.append(r"""
+pid=$(systemctl show -p MainPID --value earlyoom.service 2>/dev/null)
+r earlyoom_active "$(systemctl is-active earlyoom.service 2>/dev/null)"
+if [ -n "$pid" ] && [ "$pid" != 0 ]; then r earlyoom_cmdline "$(base64 -w0 < /proc/$pid/cmdline 2>/dev/null)"; fi
+lpid=$(systemctl show -p MainPID --value ssh.service 2>/dev/null)
+if [ -z "$lpid" ] || [ "$lpid" = 0 ]; then lpid=$(pgrep -o -x sshd 2>/dev/null); fi
+r ssh_listener_pid "$lpid"
+r ssh_listener_adj "$(cat /proc/$lpid/oom_score_adj 2>/dev/null)"
+r ssh_unit_adj "$(systemctl show -p OOMScoreAdjust --value ssh.service 2>/dev/null)"
+r session_adj "$(cat /proc/$$/oom_score_adj)"
+r can_lower "$(sh -c 'echo -1 > /proc/self/oom_score_adj' 2>/dev/null && echo 1 || echo 0)"
+r training_active "$(systemctl is-active sparkguard-training.target 2>/dev/null)"
+r wd_runtime "$(mp RuntimeWatchdogUSec)"
+r wd_reboot "$(mp RebootWatchdogUSec)"
+r wd_device "$(ls /dev/watchdog0 2>/dev/null)"
+r wd_identity "$(cat /sys/class/watchdog/watchdog0/identity 2>/dev/null)"
+r wd_state "$(cat /sys/class/watchdog/watchdog0/state 2>/dev/null)"
+r softdog "$([ -d /sys/module/softdog ] && echo loaded)"
+r journal_file "$(ls /var/log/journal/*/system.journal 2>/dev/null | head -n1)"
+r journal_runtime "$(ls /run/log/journal/*/system.journal 2>/dev/null | head -n1)"
+r ssh_memory "$(cat /sys/fs/cgroup/system.slice/ssh.service/memory.min /sys/fs/cgroup/system.slice/ssh.service/memory.low 2>/dev/null)"
+r journald_memory "$(cat /sys/fs/cgroup/system.slice/systemd-journald.service/memory.min /sys/fs/cgroup/system.slice/systemd-journald.service/memory.low 2>/dev/null)"
+r boot_verdict "$(cat /run/sparkguard/boot-verdict 2>/dev/null)"
+""")
+    if "vllm" in roles:
+        lines.append("for y in /etc/sparkguard/vllm/*.yaml; do [ -e \"$y\" ] && f @@V \"$y\"; done")
+    if "monitoring" in roles:
+        from roles.monitoring.resolve import resolve
+
+        where = resolve(cfg)
+        get = ("python3 -c 'import sys,urllib.request as u; "
+               "print(u.urlopen(sys.argv[1], timeout=3).read().decode())' ")
+        lines.append(f"r node_exporter_up \"$({get}{_q('http://' + where.node_exporter + '/metrics')} 2>/dev/null "
+                     f"| grep -c '^node_' )\"")
+        if cfg.monitoring.prometheus.enabled:
+            lines.append(f"r prometheus_rules \"$({get}{_q('http://' + where.prometheus + '/api/v1/rules')} "
+                         f"2>/dev/null | grep -o '\"type\":\"alerting\"' | wc -l)\"")
+        if where.cadvisor_enabled:
+            lines.append("r cadvisor_exec \"$(systemctl show -p ExecStart --value sparkguard-cadvisor.service)\"")
+    lines.append("true")
+    return "\n".join(lines) + "\n"
+
+
+class AuditProbe(FactBase):
+    """Run the audit probe; its raw output (parsed by ``evaluate``)."""
+
+    def command(self, script: str) -> str:
+        return script
+
+    def process(self, output):
+        return "\n".join(output)
+
+
+@dataclass
+class ProbeOutput:
+    info: NodeInfo
+    files: dict[str, tuple[str, str]] = field(default_factory=dict)        # path -> (mode:owner:group|absent, sha)
+    vllm_files: dict[str, tuple[str, str]] = field(default_factory=dict)
+    packages: dict[str, str] = field(default_factory=dict)
+    services: dict[str, tuple[str, str]] = field(default_factory=dict)     # unit -> (is-enabled, is-active)
+    sysctls: dict[str, str] = field(default_factory=dict)
+    ensures: dict[str, bool] = field(default_factory=dict)
+    edits: dict[str, str | None] = field(default_factory=dict)
+    runtime: dict[str, str] = field(default_factory=dict)
+
+
+def parse_output(text: str) -> ProbeOutput:
+    out = ProbeOutput(info=parse_probe("\n".join(l for l in text.splitlines() if not l.startswith("@@"))))
+    for line in text.splitlines():
+        if not line.startswith("@@"):
+            continue
+        tag, *rest = line.split("\t")
+        rest += [""] * 4
+        if tag == "@@F":
+            out.files[rest[0]] = (rest[1], rest[2])
+        elif tag == "@@V":
+            out.vllm_files[rest[0]] = (rest[1], rest[2])
+        elif tag == "@@P":
+            out.packages[rest[0]] = rest[1].strip()
+        elif tag == "@@S":
+            out.services[rest[0]] = (rest[1].strip(), rest[2].strip())
+        elif tag == "@@K":
+            out.sysctls[rest[0]] = " ".join(rest[1].split())
+        elif tag == "@@C":
+            out.ensures[rest[0]] = rest[1].strip() == "yes"
+        elif tag == "@@D":
+            out.edits[rest[0]] = None if rest[1] == "absent" else base64.b64decode(rest[1]).decode(errors="replace")
+        elif tag == "@@R":
+            out.runtime[rest[0]] = rest[1].strip()
+    return out
+
+
+# ---------------------------------------------------------------- comparisons
+
+
+def _file_problem(managed, seen: tuple[str, str] | None) -> str | None:
+    if seen is None or seen[0] == "absent":
+        return f"{managed.path} missing"
+    want = hashlib.sha256(managed.content.encode()).hexdigest()
+    if seen[1] != want:
+        return f"{managed.path} differs (sha256 {seen[1][:12]}, want {want[:12]})"
+    mode, owner, group = (seen[0].split(":") + ["", ""])[:3]
+    if mode != _normal_mode(managed.mode) or (owner, group) != (managed.owner, managed.group):
+        return f"{managed.path} is {mode} {owner}:{group}, want {_normal_mode(managed.mode)} {managed.owner}:{managed.group}"
+    return None
+
+
+def _service_problem(service, seen: tuple[str, str] | None) -> str | None:
+    enabled, active = seen or ("", "")
+    if service.masked is True and enabled != "masked":
+        return f"{service.name} not masked ({enabled or 'unknown'})"
+    if service.masked is False and enabled == "masked":
+        return f"{service.name} masked"
+    if service.enabled and enabled not in ENABLED_STATES:
+        return f"{service.name} {enabled or 'not found'}"
+    if service.running and active != "active":
+        return f"{service.name} {active or 'unknown'}"
+    if service.running is False and active == "active":
+        return f"{service.name} running"
+    return None
+
+
+def _short(items: list[str], limit: int = 4) -> str:
+    return "; ".join(items[:limit]) + (f"; +{len(items) - limit} more" if len(items) > limit else "")
+
+
+def _usec(value: str) -> int:
+    parts = value.split()
+    return int(parts[1]) if len(parts) == 2 and parts[1].isdigit() else 0
+
+
+def evaluate(entry: InventoryHost, states: list[DesiredState], probe: ProbeOutput) -> list[Check]:
+    """Every check of one host, from its desired states and what the probe saw."""
+    audit = HostAudit(entry.name)
+    add = audit.add
+    info, rt = probe.info, probe.runtime
+    cfg = entry.config
+    roles = {s.role: s for s in states}
+
+    # Generic: the node against each role's desired state.
+    for state in states:
+        if state.packages:
+            missing = [p for p in state.packages if probe.packages.get(p) != "installed"]
+            add(f"{state.role}: packages", not missing, "installed: " + ", ".join(state.packages),
+                "missing: " + ", ".join(missing) if missing else "all installed")
+        if state.files:
+            problems = [p for m in state.files if (p := _file_problem(m, probe.files.get(m.path)))]
+            add(f"{state.role}: files", not problems, f"{len(state.files)} files as rendered",
+                _short(problems) if problems else f"{len(state.files)} files match")
+        if state.services:
+            problems = [p for s in state.services if (p := _service_problem(s, probe.services.get(s.name)))]
+            add(f"{state.role}: services", not problems,
+                ", ".join(s.name for s in state.services if s.running or s.masked is not None or s.enabled),
+                _short(problems) if problems else "as desired")
+        if state.sysctls:
+            wrong = [f"{k} = {probe.sysctls.get(k, '?')}" for k, v in sorted(state.sysctls.items())
+                     if probe.sysctls.get(k) != " ".join(v.split())]
+            expected = ", ".join(f"{k} = {v}" for k, v in sorted(state.sysctls.items()))
+            if wrong and info.container:
+                add(f"{state.role}: sysctls", True, expected,
+                    f"container: the values are the host kernel's ({', '.join(wrong)}); the file is installed")
+            else:
+                add(f"{state.role}: sysctls", not wrong, expected, ", ".join(wrong) if wrong else "live")
+        for index, edit in enumerate(state.edits):
+            current = probe.edits.get(f"{state.role}.{index}")
+            ok = current is None or edit.transform(current) == current
+            add(f"{state.role}: {edit.path}", ok, edit.description,
+                "absent (nothing to edit)" if current is None else ("as desired" if ok else "not yet edited"))
+        for index, item in enumerate(state.ensures):
+            ok = probe.ensures.get(f"{state.role}.{index}", False)
+            add(f"{state.role}: {item.description}", ok, "holds", "holds" if ok else "does not hold")
+
+    # earlyoom: version, running, its command line, and whether its lines mean anything here.
+    if "earlyoom" in roles:
+        from roles.earlyoom.checks import FIRST_ANON_RELATIVE
+        from roles.earlyoom.state import earlyoom_args
+
+        version = ".".join(map(str, info.earlyoom_version or ())) or "not installed"
+        active = rt.get("earlyoom_active", "")
+        add("earlyoom: running", active == "active", "active", f"{active or 'unknown'} (version {version})")
+        want = earlyoom_args(cfg.earlyoom, None)
+        raw = rt.get("earlyoom_cmdline", "")
+        running_args = base64.b64decode(raw).decode(errors="replace").split("\0")[1:] if raw else []
+        running_args = [a for a in running_args if a]
+        add("earlyoom: args of the running process", running_args == want, " ".join(want)[:120],
+            (" ".join(running_args) or "no earlyoom process")[:120] if running_args != want else "match")
+        newer = info.earlyoom_version is not None and info.earlyoom_version >= FIRST_ANON_RELATIVE
+        if not info.unified_memory:
+            add("earlyoom: thresholds hold on unified memory", True, "1.7 (MemAvailable/MemTotal)",
+                f"{version}; not a unified-memory node ({info.device_class})")
+        elif newer:
+            accepted = cfg.earlyoom.newer_version == "accept-anon-relative"
+            add("earlyoom: thresholds hold on unified memory", accepted, "1.7 (MemAvailable/MemTotal)",
+                f"{version}: percent of MemAvailable+AnonPages, blind to driver memory"
+                + (" (accepted by earlyoom.newer_version)" if accepted else ""))
+        else:
+            add("earlyoom: thresholds hold on unified memory", info.earlyoom_version is not None,
+                "1.7 (MemAvailable/MemTotal)", version)
+
+    # swap: the policy against what is active now.
+    if "swap" in roles:
+        active = ", ".join(f"{s.path} ({s.size_kib // 1024} MiB)" for s in info.swaps) or "none"
+        mode = cfg.swap.mode
+        training = rt.get("training_active") == "active"
+        holds = all(probe.ensures.get(f"swap.{i}", False) for i in range(len(roles["swap"].ensures)))
+        expected = {"off": "no swap, none at boot", "on": "fstab swap active",
+                    "training-off": "distro swap; none while training"}[mode]
+        add("swap: policy vs actual", holds, f"{mode}: {expected}",
+            f"active: {active}" + (" (training mode)" if training else ""))
+
+    # sshd: the listener is spared, sessions (and the jobs started in them) are not.
+    listener = rt.get("ssh_listener_adj", "")
+    can_lower = rt.get("can_lower") == "1"
+    if not rt.get("ssh_listener_pid"):
+        add("sshd: listener oom_score_adj", False, "-1000 (OpenSSH sets it)", "no sshd listener found")
+    elif listener == "-1000":
+        add("sshd: listener oom_score_adj", True, "-1000 (OpenSSH sets it)", "-1000")
+    else:
+        add("sshd: listener oom_score_adj", not can_lower, "-1000 (OpenSSH sets it)",
+            f"{listener}: not lowered because the kernel refused (no CAP_SYS_RESOURCE on this node)"
+            if not can_lower else f"{listener}, although this node can lower it")
+    session = rt.get("session_adj", "")
+    add("sshd: fresh session oom_score_adj", session not in ("-1000", ""), "> -1000 (killable)", session or "?")
+    unit_adj = rt.get("ssh_unit_adj", "")
+    add("sshd: ssh.service OOMScoreAdjust", unit_adj != "-1000", "not -1000 (every session would inherit it)",
+        unit_adj or "unset")
+
+    # vLLM: the node's configs against the budgeted ones.
+    if "vllm" in roles:
+        from roles.vllm.state import VLLM_CONFIG_DIR
+
+        desired = {m.path: m for m in roles["vllm"].files
+                   if m.path.startswith(VLLM_CONFIG_DIR + "/") and m.path.endswith(".yaml")}
+        problems = [p for m in desired.values() if (p := _file_problem(m, probe.vllm_files.get(m.path)))]
+        extra = sorted(set(probe.vllm_files) - set(desired))
+        problems += [f"{p} not from the budget" for p in extra]
+        add("vllm: configs vs budget", not problems, f"{len(desired)} budgeted configs",
+            _short(problems) if problems else "match the budget")
+
+    if "monitoring" in roles:
+        up = rt.get("node_exporter_up", "0")
+        add("monitoring: node_exporter up", up.isdigit() and int(up) > 0, "serving node_* metrics",
+            f"{up} node_* samples" if up.isdigit() and int(up) else "not answering")
+        if "prometheus_rules" in rt:
+            rules = rt.get("prometheus_rules", "0")
+            add("monitoring: Prometheus rules loaded", rules.isdigit() and int(rules) > 0, "alert rules loaded",
+                f"{rules} alerting rules" if rules.isdigit() and int(rules) else "Prometheus not answering or no rules")
+        if "cadvisor_exec" in rt:
+            cmd = rt["cadvisor_exec"]
+            ok = "disable_metrics" in cmd and "network" in cmd.split("disable_metrics", 1)[1].split()[0]
+            add("monitoring: cAdvisor network metrics off", ok, "--disable_metrics includes network",
+                "network disabled" if ok else (cmd[:100] or "unit not found"))
+
+    if "recovery" in roles:
+        rec = cfg.recovery
+        if rec.watchdog.enabled:
+            runtime = _usec(rt.get("wd_runtime", ""))
+            want = rec.watchdog.runtime_s * 1_000_000
+            device = rt.get("wd_device", "")
+            detail = f"RuntimeWatchdogSec={runtime // 1_000_000}s"
+            if info.container:
+                add("recovery: watchdog armed", runtime == want, f"RuntimeWatchdogSec={rec.watchdog.runtime_s}s",
+                    f"{detail}; container: no watchdog device, the host's kernel owns it (softdog not loaded)")
+            else:
+                name = rt.get("wd_identity") or ("softdog" if rt.get("softdog") else "")
+                add("recovery: watchdog armed", runtime == want and bool(device),
+                    f"RuntimeWatchdogSec={rec.watchdog.runtime_s}s on a watchdog device",
+                    f"{detail}, device {device or 'none'} {name} {rt.get('wd_state', '')}".strip())
+        if rec.journal.enabled:
+            path = rt.get("journal_file", "")
+            add("recovery: journal persistent", bool(path), "system.journal under /var/log/journal",
+                path or f"volatile only ({rt.get('journal_runtime') or 'no journal file found'})")
+        if rec.memory_protection.enabled:
+            seen = rt.get("ssh_memory", "")
+            if info.cgroup2:
+                want = str(rec.memory_protection.ssh_min_mib * 2**20)
+                add("recovery: sshd memory protection", seen.split()[:1] == [want],
+                    f"memory.min {want}", f"memory.min/low {seen or 'unreadable'}")
+            else:
+                add("recovery: sshd memory protection", True, "cgroup v2 memory.min/low",
+                    "cgroup v1: MemoryMin/MemoryLow are inert here (drop-ins installed for a v2 boot)")
+        if rec.boot_report.enabled:
+            verdict = rt.get("boot_verdict", "")
+            add("recovery: boot report", verdict in ("0", "1"), "verdict for this boot",
+                {"0": "previous boot ended cleanly", "1": "previous boot ended UNCLEANLY "
+                 "(journalctl -t sparkguard-boot-report -b)"}.get(verdict, "no verdict (unit never ran this boot)"))
+    return audit.checks
+
+
+# ---------------------------------------------------------------- running it
+
+
+def run_audit(inventory: Inventory, limit: list[str] | None = None, verbose: bool = False) -> AuditResult:
+    """Connect to every host (in parallel), run one probe each, compare. Changes nothing."""
+    import pyinfra
+
+    started = time.monotonic()
+    pyinfra.is_cli = False
+    _quiet_pyinfra(verbose)
+    get_host_keys.cache.clear()  # type: ignore[attr-defined]
+    entries = [h for h in inventory.hosts if not limit or h.name in limit or set(h.groups) & set(limit)]
+    if not entries:
+        raise ConfigError([Problem("", "--limit", limit, "matches no host or group in the inventory")])
+    states = {e.name: host_states(e) for e in entries}
+    scripts = {e.name: build_probe(e, states[e.name]) for e in entries}
+    py_inventory = PyinfraInventory(([(h.name, h.pyinfra_data()) for h in entries], {}))
+    state = State()
+    state.init(py_inventory, Config(CONNECT_TIMEOUT=int(os.environ.get("SPARKGUARD_CONNECT_TIMEOUT", "10"))))
+    errors = _ConnectErrors()
+    state.add_callback_handler(errors)
+    state.set_stage(StateStage.Connect)
+    results = {e.name: HostAudit(e.name) for e in entries}
+    try:
+        try:
+            connect_all(state)
+        except PyinfraError:
+            pass  # every host failed; explained below
+
+        def probe(host):
+            began = time.monotonic()
+            with ctx_host.use(host):
+                output = get_fact(state, host, AuditProbe, kwargs={"script": scripts[host.name]})
+            return host.name, output, time.monotonic() - began
+
+        with ctx_state.use(state):
+            greenlets = [state.pool.spawn(probe, host) for host in state.inventory.get_active_hosts()
+                         if host.name not in errors.errors]
+            state.pool.join()
+        for greenlet in greenlets:
+            if greenlet.exception is not None:
+                continue
+            name, output, seconds = greenlet.value
+            entry = inventory.host(name)
+            parsed = parse_output(output or "")
+            audit = results[name]
+            audit.node, audit.seconds, audit.commands = parsed.info, seconds, COMMANDS_PER_HOST
+            audit.checks = evaluate(entry, states[name], parsed)
+        for name, audit in results.items():
+            if name in errors.errors:
+                explained = explain_connect_error(inventory.host(name), errors.errors[name])
+                explained = explained.replace(" Nothing was applied to any node.", " Nothing was audited on it.")
+                audit.add("ssh: reachable", False, "connected", explained)
+            elif not audit.checks:
+                audit.add("ssh: probe", False, "probe ran", "the probe failed on the node (run with -v)")
+    finally:
+        state.set_stage(StateStage.Disconnect)
+        disconnect_all(state)
+    return AuditResult([results[e.name] for e in entries], seconds=time.monotonic() - started)

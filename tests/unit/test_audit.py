@@ -1,0 +1,72 @@
+"""sparkguard audit, offline: one probe script per host, and the comparison of what it prints."""
+
+from __future__ import annotations
+
+import hashlib
+
+from sparkguard.audit import build_probe, evaluate, parse_output
+from sparkguard.inventory import load_inventory
+from sparkguard.render import host_states
+from tests.conftest import REPO
+
+
+def example():
+    entry = load_inventory(REPO / "inventory" / "example").host("spark-01")
+    return entry, host_states(entry)
+
+
+def test_probe_covers_every_managed_file_and_only_reads():
+    entry, states = example()
+    script = build_probe(entry, states)
+    for state in states:
+        for managed in state.files:
+            assert managed.path in script
+    for verb in ("rm ", "systemctl restart", "systemctl start", "modprobe", "sysctl -w", "> /etc"):
+        assert verb not in script, verb
+
+
+def green_output(entry, states) -> str:
+    lines = ["memtotal_kb=127607603", "gpu_name=NVIDIA GB10", "cgroup2=1", "watchdog_dev=1", "container=none",
+             "earlyoom_version=earlyoom v1.7"]
+    for state in states:
+        lines += [f"@@P\t{p}\tinstalled" for p in state.packages]
+        for m in state.files:
+            sha = hashlib.sha256(m.content.encode()).hexdigest()
+            lines.append(f"@@F\t{m.path}\t{int(m.mode, 8):o}:{m.owner}:{m.group}\t{sha}")
+        for s in state.services:
+            lines.append(f"@@S\t{s.name}\t{'masked' if s.masked else 'enabled'}\t{'active' if s.running else 'inactive'}")
+        lines += [f"@@K\t{k}\t{v}" for k, v in state.sysctls.items()]
+        lines += [f"@@C\t{state.role}.{i}\tyes" for i, _ in enumerate(state.ensures)]
+    return "\n".join(lines)
+
+
+def test_drifted_file_and_missing_service_are_named():
+    entry, states = example()
+    text = green_output(entry, states).replace("@@S\tearlyoom.service\tenabled\tactive",
+                                               "@@S\tearlyoom.service\tenabled\tfailed")
+    text = "\n".join(l if not l.startswith("@@F\t/etc/default/earlyoom") else
+                     "@@F\t/etc/default/earlyoom\t644:root:root\t" + "0" * 64 for l in text.splitlines())
+    checks = {c.name: c for c in evaluate(entry, states, parse_output(text))}
+    assert not checks["earlyoom: files"].ok and "/etc/default/earlyoom differs" in checks["earlyoom: files"].actual
+    assert not checks["earlyoom: services"].ok and "earlyoom.service failed" in checks["earlyoom: services"].actual
+    assert checks["base: files"].ok
+
+
+def test_earlyoom_18_on_unified_memory_is_not_ok_and_ssh_trap_is_caught():
+    entry, states = example()
+    text = green_output(entry, states).replace("earlyoom v1.7", "earlyoom v1.8.2")
+    text += "\n@@R\tssh_listener_pid\t100\n@@R\tssh_listener_adj\t-1000\n@@R\tsession_adj\t-1000\n@@R\tssh_unit_adj\t-1000"
+    checks = {c.name: c for c in evaluate(entry, states, parse_output(text))}
+    assert not checks["earlyoom: thresholds hold on unified memory"].ok
+    assert checks["sshd: listener oom_score_adj"].ok
+    assert not checks["sshd: fresh session oom_score_adj"].ok
+    assert not checks["sshd: ssh.service OOMScoreAdjust"].ok
+
+
+def test_listener_at_zero_is_ok_only_where_the_kernel_refuses_lowering():
+    entry, states = example()
+    base = green_output(entry, states) + "\n@@R\tssh_listener_pid\t100\n@@R\tssh_listener_adj\t0\n@@R\tsession_adj\t0"
+    refused = {c.name: c for c in evaluate(entry, states, parse_output(base + "\n@@R\tcan_lower\t0"))}
+    allowed = {c.name: c for c in evaluate(entry, states, parse_output(base + "\n@@R\tcan_lower\t1"))}
+    assert refused["sshd: listener oom_score_adj"].ok and "kernel refused" in refused["sshd: listener oom_score_adj"].actual
+    assert not allowed["sshd: listener oom_score_adj"].ok
