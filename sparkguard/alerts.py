@@ -272,7 +272,7 @@ def _rules(t: AlertThresholds) -> list[dict]:
             ),
             "for": t.swap_for,
             "severity": "warning",
-            "summary": f"{{{{ $labels.instance }}}}: the node is swapping",
+            "summary": "{{ $labels.instance }}: the node is swapping",
             "description": (
                 f"{{{{ $labels.instance }}}} swaps more than {_num(t.swap_activity_rate)} pages/s (in + out, over "
                 f"{t.swap_rate_window}). On a "
@@ -289,7 +289,7 @@ def _rules(t: AlertThresholds) -> list[dict]:
             ),
             "for": t.psi_for,
             "severity": "warning",
-            "summary": f"{{{{ $labels.instance }}}}: tasks are stalled on memory (PSI full)",
+            "summary": "{{ $labels.instance }}: tasks are stalled on memory (PSI full)",
             "description": (
                 f"All non-idle tasks on {{{{ $labels.instance }}}} were stalled waiting for memory more than "
                 f"{_pct(t.psi_full_threshold * 100)}% of the time over {t.psi_window} (PSI memory full). The kernel is reclaiming or swapping hard; the node may "
@@ -305,7 +305,7 @@ def _rules(t: AlertThresholds) -> list[dict]:
             ),
             "for": t.earlyoom_down_for,
             "severity": "critical",
-            "summary": f"{{{{ $labels.instance }}}}: earlyoom is not running",
+            "summary": "{{ $labels.instance }}: earlyoom is not running",
             "description": (
                 f"{t.earlyoom_unit} is not active on {{{{ $labels.instance }}}} (or node_exporter's systemd "
                 f"collector does not report it). Without earlyoom nothing kills a runaway job before the "
@@ -349,11 +349,11 @@ def _rules(t: AlertThresholds) -> list[dict]:
             ),
             "for": t.swap_on_training_for,
             "severity": "warning",
-            "summary": f"{{{{ $labels.instance }}}}: swap is on while the node is in training mode",
+            "summary": "{{ $labels.instance }}: swap is on while the node is in training mode",
             "description": (
-                f"{{{{ $labels.instance }}}} is in training mode but has swap configured. With swap, running out "
-                f"of memory turns into a crawl and a kernel hang (the incident) instead of a fast earlyoom "
-                f"kill. Run `swapoff -a` before training, or end training mode."
+                "{{ $labels.instance }} is in training mode but has swap configured. With swap, running out "
+                "of memory turns into a crawl and a kernel hang (the incident) instead of a fast earlyoom "
+                "kill. Run `swapoff -a` before training, or end training mode."
             ),
         },
         {
@@ -361,13 +361,13 @@ def _rules(t: AlertThresholds) -> list[dict]:
             "expr": f"{t.outside_cgroups_metric}{{{job}}} > {int(t.memory_outside_cgroups_bytes)}",
             "for": t.outside_cgroups_for,
             "severity": "info",
-            "summary": f"{{{{ $labels.instance }}}}: {{{{ $value | humanize1024 }}}}B of used memory is outside "
-                       f"every cgroup",
+            "summary": "{{ $labels.instance }}: {{ $value | humanize1024 }}B of used memory is outside "
+                       "every cgroup",
             "description": (
-                f"{{{{ $value | humanize1024 }}}}B of the memory in use on {{{{ $labels.instance }}}} "
-                f"(MemTotal - MemAvailable) is not charged to any memory cgroup; on a unified-memory node that "
-                f"is GPU-driver memory. Docker --memory, systemd MemoryMax= and container_memory_* do not see "
-                f"it and cannot stop it: watch node_memory_MemAvailable_bytes, and rely on earlyoom."
+                "{{ $value | humanize1024 }}B of the memory in use on {{ $labels.instance }} "
+                "(MemTotal - MemAvailable) is not charged to any memory cgroup; on a unified-memory node that "
+                "is GPU-driver memory. Docker --memory, systemd MemoryMax= and container_memory_* do not see "
+                "it and cannot stop it: watch node_memory_MemAvailable_bytes, and rely on earlyoom."
             ),
         },
         {

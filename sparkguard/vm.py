@@ -6,14 +6,14 @@ changing the host. A VM has its own kernel: this module builds a cached
 Debian disk image once and boots throw-away copies of it under qemu (TCG:
 this machine has no usable KVM).
 
-Image (cached in /var/cache/sparkguard/vm/<release>-v<N>/, SPARKGUARD_VM_CACHE
+Image (cached in /var/cache/sparkguard/vm/<release>-<kernel>-v<N>/, SPARKGUARD_VM_CACHE
 overrides the parent directory)::
 
     root.img                  pristine ext4 root disk (3 GiB, sparse); never booted
     vmlinuz, initrd.img       the image's own Debian cloud kernel, booted with -kernel
     id_ed25519(.pub)          the client key root accepts (generated per cache)
     ssh_host_ed25519_key.pub  the VM's host key (pre-generated, so known_hosts is exact)
-    image.json                release, kernel version, build time
+    image.json                release, kernel version and flavour, build time
 
 Each VM boots a sparse copy of root.img plus its own swap disk (a second
 virtio disk, mkswap'ed on the host with LABEL=sgswap and listed in the VM's
@@ -52,8 +52,11 @@ MIRROR = "http://deb.debian.org/debian"
 IMAGE_FORMAT = 1  # bump when the image recipe changes: old caches are then ignored
 INCLUDE = ",".join([
     "systemd", "systemd-sysv", "dbus", "openssh-server", "iproute2", "python3", "procps", "sudo",
-    "ca-certificates", "linux-image-cloud-amd64", "udev", "kmod", "util-linux",
+    "ca-certificates", "udev", "kmod", "util-linux",
 ])
+# Kernel flavours. "cloud" boots fastest and has softdog, but no i6300esb driver
+# (CONFIG_I6300ESB_WDT is not set); "generic" has both, for watchdog=True VMs.
+KERNELS = {"cloud": "linux-image-cloud-amd64", "generic": "linux-image-amd64"}
 ROOT_SIZE = "3G"
 SWAP_LABEL = "sgswap"
 HOSTNAME = "sgvm"
@@ -175,54 +178,85 @@ def _configure_rootfs(rootfs: Path, client_pub: str, host_key: Path) -> None:
     _run(["chroot", str(rootfs), "apt-get", "clean"])
 
 
-def ensure_image(release: str = "bookworm", cache: Path | None = None, log=print) -> ImagePaths:
-    """The cached VM image for a release, built once (about 2 minutes cold)."""
+def _remove_tree(path: Path) -> None:
+    """rmtree a (partial) rootfs, after unmounting what debootstrap may have left mounted in it."""
+    if not path.exists():
+        return
+    prefix = str(path.resolve()) + "/"
+    mounts = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()]
+    for mount in sorted((m for m in mounts if m.startswith(prefix)), key=len, reverse=True):
+        subprocess.run(["umount", "-l", mount], capture_output=True)
+    still = [m for m in (line.split()[1] for line in Path("/proc/mounts").read_text().splitlines())
+             if m.startswith(prefix)]
+    if still:
+        raise VMError(f"vm: cannot unmount {', '.join(still)}; remove {path} by hand")
+    shutil.rmtree(path)
+
+
+def _build(partial: Path, release: str, kernel: str, started: float, log) -> str:
+    """Build the image's files in ``partial``; return the kernel version."""
+    partial.mkdir()
+    rootfs = partial / "rootfs"
+    log(f"vm: building the {release} VM image, {kernel} kernel (in {partial}) ...")
+    _run(["debootstrap", "--variant=minbase", f"--include={INCLUDE},{KERNELS[kernel]}", release, str(rootfs),
+          MIRROR],
+         timeout=1800)
+    _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "sparkguard-vm", "-f", str(partial / "id_ed25519")])
+    host_key = partial / "ssh_host_ed25519_key"
+    _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"root@{HOSTNAME}", "-f", str(host_key)])
+    _configure_rootfs(rootfs, (partial / "id_ed25519.pub").read_text(), host_key)
+    host_key.unlink()  # only the VM needs the private half; the .pub stays for known_hosts
+    kernels = sorted((rootfs / "boot").glob("vmlinuz-*"))
+    if not kernels:
+        raise VMError(f"vm: debootstrap installed no kernel in {rootfs}/boot")
+    version = kernels[-1].name[len("vmlinuz-"):]
+    initrd = rootfs / "boot" / f"initrd.img-{version}"
+    if not initrd.exists():
+        raise VMError(f"vm: no initrd for kernel {version} in {rootfs}/boot")
+    shutil.copy2(kernels[-1], partial / "vmlinuz")
+    shutil.copy2(initrd, partial / "initrd.img")
+    _run(["mke2fs", "-q", "-t", "ext4", "-L", "sgroot", "-d", str(rootfs), str(partial / "root.img"), ROOT_SIZE],
+         timeout=600)
+    _remove_tree(rootfs)
+    (partial / "image.json").write_text(json.dumps({
+        "release": release, "format": IMAGE_FORMAT, "kernel": version, "flavour": kernel,
+        "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "build_seconds": round(time.monotonic() - started, 1),
+    }, indent=2) + "\n")
+    return version
+
+
+def ensure_image(release: str = "bookworm", kernel: str = "cloud", cache: Path | None = None,
+                 log=print) -> ImagePaths:
+    """The cached VM image for a release and kernel flavour, built once (about a minute cold)."""
     if release not in RELEASES:
         raise VMError(f"vm: release '{release}' is not supported; choose one of {', '.join(RELEASES)}")
+    if kernel not in KERNELS:
+        raise VMError(f"vm: kernel '{kernel}' is not supported; choose one of {', '.join(KERNELS)}")
     cache = Path(cache) if cache else cache_dir()
-    image = ImagePaths(cache / f"{release}-v{IMAGE_FORMAT}")
+    name = f"{release}-{kernel}-v{IMAGE_FORMAT}"
+    image = ImagePaths(cache / name)
     if image.complete():
         return image
     if os.geteuid() != 0:
         raise VMError("vm: building the VM image needs root (debootstrap, chroot, mke2fs -d)")
     cache.mkdir(parents=True, exist_ok=True)
-    with open(cache / f".{release}.lock", "w") as lock:
+    with open(cache / f".{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another session may be building the same image
         if image.complete():
             return image
         started = time.monotonic()
-        partial = cache / f"{release}-v{IMAGE_FORMAT}.partial"
-        if partial.exists():
-            shutil.rmtree(partial)
-        if image.dir.exists():  # incomplete leftovers: never reuse them
-            shutil.rmtree(image.dir)
-        partial.mkdir()
-        rootfs = partial / "rootfs"
-        log(f"vm: building the {release} VM image (cached in {image.dir}) ...")
-        _run(["debootstrap", "--variant=minbase", f"--include={INCLUDE}", release, str(rootfs), MIRROR],
-             timeout=1800)
-        _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "sparkguard-vm", "-f", str(partial / "id_ed25519")])
-        host_key = partial / "ssh_host_ed25519_key"
-        _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"root@{HOSTNAME}", "-f", str(host_key)])
-        _configure_rootfs(rootfs, (partial / "id_ed25519.pub").read_text(), host_key)
-        host_key.unlink()  # only the VM needs the private half; the .pub stays for known_hosts
-        kernels = sorted((rootfs / "boot").glob("vmlinuz-*"))
-        if not kernels:
-            raise VMError(f"vm: debootstrap installed no kernel in {rootfs}/boot")
-        version = kernels[-1].name[len("vmlinuz-"):]
-        initrd = rootfs / "boot" / f"initrd.img-{version}"
-        if not initrd.exists():
-            raise VMError(f"vm: no initrd for kernel {version} in {rootfs}/boot")
-        shutil.copy2(kernels[-1], partial / "vmlinuz")
-        shutil.copy2(initrd, partial / "initrd.img")
-        _run(["mke2fs", "-q", "-t", "ext4", "-L", "sgroot", "-d", str(rootfs), str(partial / "root.img"), ROOT_SIZE],
-             timeout=600)
-        shutil.rmtree(rootfs)
-        (partial / "image.json").write_text(json.dumps({
-            "release": release, "format": IMAGE_FORMAT, "kernel": version,
-            "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "build_seconds": round(time.monotonic() - started, 1),
-        }, indent=2) + "\n")
+        partial = cache / f"{name}.partial"
+        _remove_tree(partial)
+        _remove_tree(image.dir)  # incomplete leftovers: never reuse them
+        try:
+            version = _build(partial, release, kernel, started, log)
+        except BaseException:
+            try:
+                _remove_tree(partial)  # an interrupted build is never reused, nor left mounted
+            except Exception:
+                pass
+            raise
         partial.rename(image.dir)
         log(f"vm: image built in {time.monotonic() - started:.0f} s (kernel {version})")
     return image
@@ -340,12 +374,15 @@ class VM:
             "-pidfile", str(self.run_dir / "qemu.pid"),
         ]
         if self.watchdog:
-            cmd += ["-device", "i6300esb"]
+            cmd += ["-device", "i6300esb", "-watchdog-action", "reset"]
         return cmd
 
     def start(self) -> None:
         if self.alive():
             raise VMError(f"vm: {self.name} is already running")
+        if self.watchdog and self.image.meta.get("flavour") != "generic":
+            raise VMError("vm: watchdog=True needs ensure_image(kernel='generic'): the cloud kernel has no "
+                          "i6300esb driver (use softdog there)")
         self._prepare_disks()
         self.known_hosts.unlink(missing_ok=True)
         for attempt in range(5):
@@ -376,20 +413,57 @@ class VM:
         client = paramiko.SSHClient()
         client.load_host_keys(str(self.known_hosts))
         client.set_missing_host_key_policy(paramiko.RejectPolicy())
-        client.connect("127.0.0.1", port=self.port, username=user, key_filename=str(self.key),
-                       look_for_keys=False, allow_agent=False, timeout=timeout, banner_timeout=timeout,
-                       auth_timeout=timeout)
+        try:
+            client.connect("127.0.0.1", port=self.port, username=user, key_filename=str(self.key),
+                           look_for_keys=False, allow_agent=False, timeout=timeout, banner_timeout=timeout,
+                           auth_timeout=timeout)
+        except BaseException:
+            client.close()  # else its transport thread lingers, blocked on the dead socket
+            raise
         return client
 
     def ssh(self, command: str, timeout: float = 120, user: str = "root") -> tuple[int, str, str]:
-        """Run a command over a NEW SSH session; return (rc, stdout, stderr)."""
+        """Run a command over a NEW SSH session; return (rc, stdout, stderr).
+
+        Raises TimeoutError when the command has not finished after ``timeout`` seconds,
+        which is also what a session open across a guest crash ends in: slirp keeps the
+        host side of the connection open after the guest is gone.
+        """
         client = self._client(user)
         try:
             _, stdout, stderr = client.exec_command(command, timeout=timeout)
-            rc = stdout.channel.recv_exit_status()
-            return rc, stdout.read().decode(errors="replace"), stderr.read().decode(errors="replace")
+            channel = stdout.channel
+            out, err = bytearray(), bytearray()
+            deadline = time.monotonic() + timeout
+            while not (channel.exit_status_ready() and not channel.recv_ready()
+                       and not channel.recv_stderr_ready()):
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"vm: `{command}` did not finish on {self.name} within {timeout:.0f} s")
+                if channel.recv_ready():
+                    out += channel.recv(65536)
+                elif channel.recv_stderr_ready():
+                    err += channel.recv_stderr(65536)
+                else:
+                    channel.status_event.wait(0.05)
+            out += stdout.read()
+            err += stderr.read()
+            return channel.recv_exit_status(), out.decode(errors="replace"), err.decode(errors="replace")
         finally:
             client.close()
+
+    def _banner(self, timeout: float = 3) -> bool:
+        """True when something answers with an SSH banner on the forwarded port.
+
+        Checked before paramiko connects while polling: while the guest is down, slirp
+        accepts the TCP connection and then says nothing, and paramiko would log a
+        traceback for every such attempt.
+        """
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=timeout) as conn:
+                conn.settimeout(timeout)
+                return conn.recv(64).startswith(b"SSH-")
+        except OSError:
+            return False
 
     def check(self, command: str, timeout: float = 120) -> str:
         """Like ssh(), but raise VMError unless it exits 0; return stdout."""
@@ -399,9 +473,11 @@ class VM:
         return out
 
     def _try_boot_id(self) -> str | None:
+        if not self._banner():
+            return None
         try:
             rc, out, _ = self.ssh("cat /proc/sys/kernel/random/boot_id", timeout=15)
-        except (OSError, EOFError, paramiko.SSHException):
+        except (OSError, EOFError, paramiko.SSHException):  # TimeoutError is an OSError
             return None
         return out.strip() if rc == 0 and out.strip() else None
 
@@ -428,7 +504,7 @@ class VM:
                 if self.memory_total_gib is None:
                     self.memory_total_gib = self._memtotal_gib()
                 return elapsed
-            time.sleep(2)
+            time.sleep(1)
         raise self._fail(f"{self.name} did not answer SSH on 127.0.0.1:{self.port} within {timeout:.0f} s")
 
     def _memtotal_gib(self) -> float:
@@ -447,13 +523,13 @@ class VM:
             current = self._try_boot_id()
             if current and current != old_boot_id:
                 return time.monotonic() - started
-            time.sleep(2)
+            time.sleep(1)
         raise self._fail(f"{self.name} did not come back with a new boot_id within {timeout:.0f} s")
 
     def _detach(self, command: str) -> str:
         """Run a command in the guest, detached from the SSH session; return the boot_id before it."""
-        old = self.boot_id()
-        self.check(f"setsid -f sh -c 'sleep 1; {command}' </dev/null >/dev/null 2>&1")
+        old = self.check("cat /proc/sys/kernel/random/boot_id", timeout=30).strip()
+        self.check(f"setsid -f sh -c 'sleep 1; {command}' </dev/null >/dev/null 2>&1", timeout=30)
         return old
 
     def reboot(self, timeout: float = 300) -> float:

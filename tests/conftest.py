@@ -33,3 +33,16 @@ def inventory_dir(tmp_path):
 
 def in_ci() -> bool:
     return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def require_root_and_tools(what: str, missing_tools: list[str]) -> None:
+    """Tests that boot nodes need root and host tools: fail in CI (never a silent skip), skip elsewhere."""
+    reason = None
+    if os.geteuid() != 0:
+        reason = f"{what} need root"
+    elif missing_tools:
+        reason = f"{what} need {', '.join(missing_tools)} (./dev.sh install installs them)"
+    if reason:
+        if in_ci():
+            pytest.fail(reason)
+        pytest.skip(reason)

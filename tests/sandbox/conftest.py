@@ -6,7 +6,6 @@ touches an operator's `sparkguard sandbox` nodes on the same machine.
 
 from __future__ import annotations
 
-import os
 import shutil
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -16,7 +15,7 @@ import paramiko
 import pytest
 
 from sparkguard import sandbox
-from tests.conftest import in_ci
+from tests.conftest import require_root_and_tools
 
 NET = "127.0.77"
 
@@ -66,15 +65,7 @@ class SandboxHandle:
 
 def _require_sandbox_tools() -> None:
     missing = [tool for tool in ("debootstrap", "systemd-nspawn", "ssh-keygen") if not shutil.which(tool)]
-    reason = None
-    if os.geteuid() != 0:
-        reason = "sandbox tests need root"
-    elif missing:
-        reason = f"sandbox tests need {', '.join(missing)} (the README's first command installs them)"
-    if reason:
-        if in_ci():
-            pytest.fail(reason)
-        pytest.skip(reason)
+    require_root_and_tools("sandbox tests", missing)
 
 
 def leftovers(state_dir: Path) -> list[str]:

@@ -19,7 +19,7 @@ import pytest
 from sparkguard.converge import site_deploy
 from sparkguard.inventory import load_inventory
 from sparkguard.runner import run_deploy
-from tests.replay import GIB, MIB, ReplayPlan, hugepage_budget, install_tools, run_replay
+from tests.replay import GIB, ReplayPlan, hugepage_budget, install_tools, run_replay
 from tests.sandbox.conftest import booted_sandbox
 
 NET = "127.0.79"

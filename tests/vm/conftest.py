@@ -9,31 +9,21 @@ leaves the VM changed (swap off, a sysctl) should put it back.
 
 from __future__ import annotations
 
-import os
 
 import pytest
 
 from sparkguard import vm
-from tests.conftest import in_ci
+from tests.conftest import require_root_and_tools
 
 
 def _require_vm_tools() -> None:
-    reason = None
-    missing = vm.missing_tools()
-    if os.geteuid() != 0:
-        reason = "VM tests need root (the image build uses debootstrap, chroot and mke2fs -d)"
-    elif missing:
-        reason = f"VM tests need {', '.join(missing)} (./dev.sh install installs them)"
-    if reason:
-        if in_ci():
-            pytest.fail(reason)
-        pytest.skip(reason)
+    require_root_and_tools("VM tests (debootstrap, chroot, mke2fs -d, qemu)", vm.missing_tools())
 
 
 @pytest.fixture(scope="session")
 def vm_image():
     _require_vm_tools()
-    return vm.ensure_image("bookworm", log=lambda *_: None)
+    return vm.ensure_image("bookworm", kernel="cloud", log=lambda *_: None)
 
 
 @pytest.fixture(scope="session")

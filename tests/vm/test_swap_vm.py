@@ -92,7 +92,7 @@ def training_mode(vm_node, tmp_path):
     ("kill -9 $$", 137),
 ])
 def test_swap_off_during_training_and_back_however_the_job_ends(vm_node, training_mode, job, expected_rc):
-    rc, out, err = vm_node.ssh(f"sparkguard-train -- sh -c \"{ACTIVE_SWAPS} | wc -l; {job}\"")
+    rc, out, err = vm_node.ssh(f"sparkguard-train -- sh -c 'tail -n +2 /proc/swaps | wc -l; {job}'")
     assert rc == expected_rc, err
     assert out.strip().splitlines()[0] == "0", "swap must be off while the job runs"
     assert swaps(vm_node) == training_mode, "exactly the swap that was on comes back (device and priority)"

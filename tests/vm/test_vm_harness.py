@@ -18,6 +18,22 @@ from sparkguard.inventory import load_inventory
 pytestmark = pytest.mark.vm
 
 
+def test_qemu_command_is_loopback_only_and_reboots_in_place(vm_image, tmp_path):
+    node = vm.VM(vm_image, tmp_path)
+    node.port = 2222
+    command = node.qemu_command()
+    assert "-no-reboot" not in command and "-no-shutdown" not in command
+    assert "user,id=n0,hostfwd=tcp:127.0.0.1:2222-:22" in command
+    assert "i6300esb" not in " ".join(command)  # the watchdog device is opt-in
+    assert "panic=5" in command[command.index("-append") + 1]
+
+
+def test_watchdog_device_needs_the_generic_kernel(vm_image, tmp_path):
+    with pytest.raises(vm.VMError, match="generic"):
+        vm.VM(vm_image, tmp_path, watchdog=True).start()
+    assert not (tmp_path / "root.img").exists()
+
+
 def test_ssh_as_root_and_ops(vm_node):
     assert vm_node.ssh("id -un") == (0, "root\n", "")
     rc, out, _ = vm_node.ssh("sudo -n id -un", user="ops")
