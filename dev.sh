@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # sparkguard developer entry point. As root on a fresh Debian/Ubuntu machine:
 #
-#   ./dev.sh quickstart   install everything, boot a local sandbox node, apply the site, report
+#   ./dev.sh quickstart   install everything, boot a local sandbox node, apply the site, audit it (the report)
 #   ./dev.sh test         install everything, run the full test suite (what .ci/run runs)
 #   ./dev.sh install      only install (apt packages, .venv, promtool)
 #
@@ -70,6 +70,8 @@ quickstart() {
   sparkguard apply "$inventory"
   log "second apply: must change nothing"
   sparkguard apply "$inventory"
+  log "report: every protection, checked on the node (sparkguard audit)"
+  sparkguard audit "$inventory"
   cat >&2 <<TXT
 
 The sandbox node keeps running. Try: sparkguard sandbox status; ssh into it with

@@ -7,6 +7,7 @@ import json
 from rich.console import Console
 from rich.table import Table
 
+from ..console import console as make_console
 from ..converge import role_deploy, site_deploy
 from ..inventory import load_inventory
 from ..runner import ApplyResult, run_deploy
@@ -36,7 +37,7 @@ def _deploy_factory(role_name: str | None):
 
 
 def print_report(result: ApplyResult, console: Console | None = None) -> None:
-    console = console or Console()
+    console = console or make_console()
     verb = "would change" if result.dry else "changed"
     table = Table(title=f"sparkguard apply{' (dry run)' if result.dry else ''}")
     for column in ("host", "device", "MemTotal", "distro", "earlyoom", "operations", verb, "status"):

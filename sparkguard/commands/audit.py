@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..audit import COMMANDS_PER_HOST, AuditResult, run_audit
+from ..console import console as make_console
 from ..inventory import load_inventory
 
 
@@ -21,7 +22,7 @@ def register(sub) -> None:
 
 
 def print_report(result: AuditResult, console: Console | None = None) -> None:
-    console = console or Console()
+    console = console or make_console()
     for host in result.hosts:
         node = host.node
         about = f"{node.device_class}, {node.distro_id} {node.distro_version}, {node.memory_total_gib:.1f} GiB" \

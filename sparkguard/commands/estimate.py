@@ -57,8 +57,9 @@ def run(args) -> int:
 
 
 def _print_table(estimate: Estimate, fit: int | None, budget_gib: float | None) -> None:
-    from rich.console import Console
     from rich.table import Table
+
+    from ..console import console as make_console
 
     spec = estimate.spec
     table = Table(title=(
@@ -77,7 +78,7 @@ def _print_table(estimate: Estimate, fit: int | None, budget_gib: float | None) 
         "[bold]peak[/bold]", f"[bold]{estimate.peak_bytes / GB:.2f}[/bold]",
         f"[bold]{estimate.peak_bytes / GIB:.2f}[/bold]", f"{estimate.peak_formula} (set by the {estimate.phase})",
     )
-    console = Console()
+    console = make_console()
     console.print(table)
     for note in estimate.notes:
         console.print(f"note: {note}")
