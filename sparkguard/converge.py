@@ -20,7 +20,7 @@ from .facts import NodeFacts, NodeInfo
 from .hostconfig import host_config_model
 from .role import NodeProfile, Role, RoleContext
 from .state import DesiredState
-from .operations import FileText, ManagedFileState, ensure, managed_file, unit_masked
+from .operations import FileText, ManagedFilesState, ManagedFileState, ensure, managed_file, unit_masked
 
 MEMORY_TOLERANCE = 0.02
 
@@ -101,7 +101,8 @@ def current_context() -> RoleContext:
     return RoleContext(host=host.name, config=config, node=node_profile(config))
 
 
-def _install_file(state: DesiredState, managed) -> object:
+def _install_file(state: DesiredState, managed, known: dict) -> object:
+    extra = {"current": known[managed.path]} if managed.path in known else {}
     return managed_file(
         name=f"{state.role}: file {managed.path}",
         path=managed.path,
@@ -110,19 +111,26 @@ def _install_file(state: DesiredState, managed) -> object:
         owner=managed.owner,
         group=managed.group,
         validate=managed.validate,
+        **extra,
     )
 
 
 def converge(state: DesiredState) -> None:
     """Apply one role's desired state on the current host."""
-    file_ops = {}
-    for managed in state.files:
-        if managed.before_packages:
-            file_ops[managed.path] = _install_file(state, managed)
-
+    missing = []
     if state.packages:
         installed = host.get_fact(DebPackages) or {}
         missing = [name for name in state.packages if name not in installed]
+    # With nothing to install, only this role's own operations touch its files between now and
+    # execution, so their current state can be read here in one round trip instead of one per file.
+    known = host.get_fact(ManagedFilesState, paths=tuple(f.path for f in state.files)) if state.files and not missing else {}
+
+    file_ops = {}
+    for managed in state.files:
+        if managed.before_packages:
+            file_ops[managed.path] = _install_file(state, managed, known)
+
+    if state.packages:
         if missing:
             apt.packages(
                 name=f"{state.role}: install {' '.join(missing)}",
@@ -143,7 +151,7 @@ def converge(state: DesiredState) -> None:
 
     for managed in state.files:
         if not managed.before_packages:
-            file_ops[managed.path] = _install_file(state, managed)
+            file_ops[managed.path] = _install_file(state, managed, known)
 
     edit_ops = []
     for edit in state.edits:

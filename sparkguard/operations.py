@@ -41,13 +41,44 @@ class ManagedFileState(FactBase):
         return {"mode": mode, "owner": owner, "group": group, "sha256": lines[1] if len(lines) > 1 else ""}
 
 
+class ManagedFilesState(FactBase):
+    """ManagedFileState for many files in ONE round trip: {path: state or None}.
+
+    Example::
+
+        host.get_fact(ManagedFilesState, paths=("/etc/default/earlyoom", "/etc/sparkguard/node.json"))
+    """
+
+    def command(self, paths: tuple[str, ...]) -> str:
+        quoted = " ".join(shlex.quote(p) for p in paths)
+        return (
+            f"for p in {quoted}; do if [ -f \"$p\" ]; then "
+            f"printf '%s\\t%s %s\\n' \"$p\" \"$(stat -c '%a %U %G' \"$p\")\" \"$(sha256sum \"$p\" | cut -d' ' -f1)\"; "
+            f"else printf '%s\\tabsent\\n' \"$p\"; fi; done"
+        )
+
+    def process(self, output):
+        states = {}
+        for line in output:
+            path, _, rest = line.partition("\t")
+            fields = rest.split()
+            if len(fields) == 4:
+                states[path] = {"mode": fields[0], "owner": fields[1], "group": fields[2], "sha256": fields[3]}
+            else:
+                states[path] = None
+        return states
+
+
+_FETCH = object()
+
+
 def _normal_mode(mode: str) -> str:
     return str(int(str(mode), 8) and oct(int(str(mode), 8))[2:])
 
 
 @operation()
 def managed_file(path: str, content: str, mode: str = "0644", owner: str = "root", group: str = "root",
-                 validate: str | None = None):
+                 validate: str | None = None, current=_FETCH):
     """Install exact content at ``path``; validate a staged copy before it goes live.
 
     + path: absolute path on the node
@@ -55,6 +86,8 @@ def managed_file(path: str, content: str, mode: str = "0644", owner: str = "root
     + mode/owner/group: ownership and permissions of the installed file
     + validate: shell command run on the staged copy, ``{path}`` replaced by its location;
       a non-zero exit leaves the live file untouched and fails the operation
+    + current: the file's state when the caller already read it (``ManagedFilesState``, one
+      round trip for many files); by default it is read here
 
     Example::
 
@@ -68,7 +101,8 @@ def managed_file(path: str, content: str, mode: str = "0644", owner: str = "root
     data = content.encode()
     want_sha = hashlib.sha256(data).hexdigest()
     want_mode = _normal_mode(mode)
-    current = host.get_fact(ManagedFileState, path=path)
+    if current is _FETCH:
+        current = host.get_fact(ManagedFileState, path=path)
 
     if current is not None and current["sha256"] == want_sha:
         if current["mode"] != want_mode:
