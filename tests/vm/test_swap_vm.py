@@ -10,11 +10,8 @@ import time
 
 import pytest
 
-from roles import ROLES
-from sparkguard.converge import site_deploy
-from sparkguard.inventory import load_inventory
-from sparkguard.runner import run_deploy
 from tests.conftest import REPO
+from tests.vm import applying
 
 pytestmark = pytest.mark.vm
 KEEP = {"base", "earlyoom", "swap"}
@@ -22,28 +19,8 @@ TARGET = "sparkguard-training.target"
 ACTIVE_SWAPS = "tail -n +2 /proc/swaps | awk '{print $1, $5}'"
 
 
-def inventory(vm_node, tmp_path, swap_vars: str):
-    """The VM's inventory with only the roles under test enabled and the given swap settings."""
-    directory = vm_node.write_inventory(tmp_path / "inv")
-    text = (directory / "hosts.yml").read_text()
-    disabled = "".join(f"    {role.name}: {{enabled: false}}\n" for role in ROLES if role.name not in KEEP)
-    text = text.replace("  vars:\n", f"  vars:\n{disabled}    swap: {swap_vars}\n", 1)
-    (directory / "hosts.yml").write_text(text)
-    return directory
-
-
-def apply(directory):
-    result = run_deploy(load_inventory(directory), site_deploy)
-    assert result.ok, result.as_dict()
-    return result
-
-
-def converge(vm_node, tmp_path, swap_vars: str):
-    directory = inventory(vm_node, tmp_path, swap_vars)
-    apply(directory)
-    second = apply(directory)
-    assert second.changed == 0, second.hosts[0].changed_names
-    return directory
+def converge(vm_node, directory, swap_vars: str):
+    return applying.converge(vm_node, directory, f"    swap: {swap_vars}\n", KEEP)
 
 
 def swaps(vm_node) -> str:
