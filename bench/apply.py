@@ -13,28 +13,16 @@ import argparse
 import statistics
 import tempfile
 import time
-from collections import Counter
 from pathlib import Path
 
-from pyinfra.connectors.ssh import SSHConnector
+
+from roundtrips import ROUND_TRIPS
 
 from sparkguard import sandbox
 from sparkguard.converge import site_deploy
 from sparkguard.inventory import load_inventory
 from sparkguard.runner import run_deploy
 
-ROUND_TRIPS: Counter = Counter()
-
-
-def _counting(method):
-    def wrapper(self, *args, **kwargs):
-        ROUND_TRIPS[self.host.name] += 1
-        return method(self, *args, **kwargs)
-    return wrapper
-
-
-SSHConnector.run_shell_command = _counting(SSHConnector.run_shell_command)
-SSHConnector.put_file = _counting(SSHConnector.put_file)
 
 
 def timed_apply(inventory_dir: Path) -> tuple[float, dict]:

@@ -14,10 +14,10 @@ import argparse
 import statistics
 import tempfile
 import time
-from collections import Counter
 from pathlib import Path
 
-from pyinfra.connectors.ssh import SSHConnector
+
+from roundtrips import ROUND_TRIPS
 
 from sparkguard import sandbox
 from sparkguard.audit import run_audit
@@ -25,20 +25,6 @@ from sparkguard.converge import site_deploy
 from sparkguard.inventory import load_inventory
 from sparkguard.runner import run_deploy
 
-ROUND_TRIPS: Counter = Counter()
-# This CI host's kernel has no kernel.sysrq (no CONFIG_MAGIC_SYSRQ): leave it unmanaged here.
-EXTRA_VARS = "    recovery: {sysctl: {sysrq: null}}\n"
-
-
-def _counting(method):
-    def wrapper(self, *args, **kwargs):
-        ROUND_TRIPS[self.host.name] += 1
-        return method(self, *args, **kwargs)
-    return wrapper
-
-
-SSHConnector.run_shell_command = _counting(SSHConnector.run_shell_command)
-SSHConnector.put_file = _counting(SSHConnector.put_file)
 
 
 def timed_audit(inventory_dir: Path) -> tuple[float, int, int, bool]:
@@ -56,8 +42,6 @@ def bench(nodes: int, runs: int) -> None:
         state, inventory = Path(tmp) / "state", Path(tmp) / "inventory"
         sandbox.up(nodes=nodes, state_dir=state, inventory_dir=inventory, net="127.0.89", log=lambda *_: None)
         try:
-            hosts = inventory / "hosts.yml"
-            hosts.write_text(hosts.read_text().replace("  vars:\n", "  vars:\n" + EXTRA_VARS, 1))
             fresh, fresh_trips, _, fresh_ok = timed_audit(inventory)
             applied = run_deploy(load_inventory(inventory), site_deploy)
             if not applied.ok:
