@@ -7,11 +7,13 @@ touches an operator's `sparkguard sandbox` nodes on the same machine.
 from __future__ import annotations
 
 import shutil
+import textwrap
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import paramiko
+import yaml
 import pytest
 
 from sparkguard import sandbox
@@ -52,15 +54,29 @@ class SandboxHandle:
             client.close()
 
     def inventory_with(self, directory: Path, extra_all_vars: str = "", extra_hosts: str = "") -> Path:
-        """A copy of the sandbox inventory with extra YAML spliced in (for bad-input tests)."""
-        text = (self.inventory_dir / "hosts.yml").read_text()
+        """A copy of the sandbox inventory with extra ``all: vars:`` and hosts merged in.
+
+        Both are YAML snippets as they would be written in hosts.yml (any indentation);
+        mappings merge key by key, so a test's ``recovery:`` block adds to the one the
+        sandbox wrote instead of silently replacing it.
+        """
+        document = yaml.safe_load((self.inventory_dir / "hosts.yml").read_text())
         if extra_all_vars:
-            text = text.replace("  vars:\n", "  vars:\n" + extra_all_vars, 1)
+            _merge(document["all"]["vars"], yaml.safe_load(textwrap.dedent(extra_all_vars)))
         if extra_hosts:
-            text = text.rstrip("\n") + "\n" + extra_hosts
+            hosts = document["all"]["children"]["sandbox"]["hosts"]
+            _merge(hosts, yaml.safe_load(textwrap.dedent(extra_hosts)))
         directory.mkdir(parents=True, exist_ok=True)
-        (directory / "hosts.yml").write_text(text)
+        (directory / "hosts.yml").write_text(yaml.safe_dump(document, sort_keys=False))
         return directory
+
+
+def _merge(target: dict, extra: dict) -> None:
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(target.get(key), dict):
+            _merge(target[key], value)
+        else:
+            target[key] = value
 
 
 def _require_sandbox_tools() -> None:

@@ -99,3 +99,10 @@ def test_missing_inventory_path(tmp_path):
     result = run_cli("validate", str(tmp_path / "nope"))
     assert result.returncode == 2
     assert "no inventory found" in result.stderr
+
+
+def test_duplicate_keys_are_an_error_not_silently_dropped(inventory_dir):
+    text = GOOD.replace("    node: {memory_total_gib: 121.7}\n",
+                        "    node: {memory_total_gib: 121.7}\n    base: {contact: a}\n    base: {contact: b}\n")
+    [problem] = problems_of(inventory_dir(text))
+    assert "duplicate key 'base'" in problem.allowed and "line" in problem.allowed
