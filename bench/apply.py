@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import tempfile
 import time
 from pathlib import Path
 
 
+from nodes import booted_nodes
 from roundtrips import ROUND_TRIPS
 
-from sparkguard import sandbox
 from sparkguard.converge import site_deploy
 from sparkguard.inventory import load_inventory
 from sparkguard.runner import run_deploy
@@ -37,23 +36,18 @@ def timed_apply(inventory_dir: Path) -> tuple[float, dict]:
 
 
 def bench(nodes: int, reruns: int) -> None:
-    with tempfile.TemporaryDirectory(prefix="sg-bench-") as tmp:
-        state, inventory = Path(tmp) / "state", Path(tmp) / "inventory"
-        sandbox.up(nodes=nodes, state_dir=state, inventory_dir=inventory, net="127.0.88", log=lambda *_: None)
-        try:
-            fresh, fresh_hosts = timed_apply(inventory)
-            times, noop_hosts = [], {}
-            for _ in range(reruns):
-                elapsed, noop_hosts = timed_apply(inventory)
-                times.append(elapsed)
-            ops, _, fresh_rt = next(iter(fresh_hosts.values()))
-            noop_ops, noop_changed, noop_rt = next(iter(noop_hosts.values()))
-            print(f"nodes={nodes}  fresh apply: {fresh:.2f} s ({fresh_rt} SSH round trips/host)   "
-                  f"no-op rerun: median {statistics.median(times):.2f} s, max {max(times):.2f} s "
-                  f"over {reruns} runs ({noop_rt} SSH round trips/host, {noop_ops} operations/host, "
-                  f"{noop_changed} changed)")
-        finally:
-            sandbox.down(state, log=lambda *_: None)
+    with booted_nodes(nodes, "127.0.88") as (state, inventory):
+        fresh, fresh_hosts = timed_apply(inventory)
+        times, noop_hosts = [], {}
+        for _ in range(reruns):
+            elapsed, noop_hosts = timed_apply(inventory)
+            times.append(elapsed)
+        ops, _, fresh_rt = next(iter(fresh_hosts.values()))
+        noop_ops, noop_changed, noop_rt = next(iter(noop_hosts.values()))
+        print(f"nodes={nodes}  fresh apply: {fresh:.2f} s ({fresh_rt} SSH round trips/host)   "
+              f"no-op rerun: median {statistics.median(times):.2f} s, max {max(times):.2f} s "
+              f"over {reruns} runs ({noop_rt} SSH round trips/host, {noop_ops} operations/host, "
+              f"{noop_changed} changed)")
 
 
 def main() -> None:

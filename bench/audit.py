@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import tempfile
 import time
 from pathlib import Path
 
 
+from nodes import booted_nodes
 from roundtrips import ROUND_TRIPS
 
-from sparkguard import sandbox
 from sparkguard.audit import run_audit
 from sparkguard.converge import site_deploy
 from sparkguard.inventory import load_inventory
@@ -38,24 +37,19 @@ def timed_audit(inventory_dir: Path) -> tuple[float, int, int, bool]:
 
 
 def bench(nodes: int, runs: int) -> None:
-    with tempfile.TemporaryDirectory(prefix="sg-bench-audit-") as tmp:
-        state, inventory = Path(tmp) / "state", Path(tmp) / "inventory"
-        sandbox.up(nodes=nodes, state_dir=state, inventory_dir=inventory, net="127.0.89", log=lambda *_: None)
-        try:
-            fresh, fresh_trips, _, fresh_ok = timed_audit(inventory)
-            applied = run_deploy(load_inventory(inventory), site_deploy)
-            if not applied.ok:
-                raise SystemExit(f"apply failed: {applied.as_dict()}")
-            times, trips, checks, ok = [], 0, 0, False
-            for _ in range(runs):
-                elapsed, trips, checks, ok = timed_audit(inventory)
-                times.append(elapsed)
-            print(f"nodes={nodes}  audit of fresh nodes: {fresh:.2f} s ({'green' if fresh_ok else 'red'}, "
-                  f"{fresh_trips} SSH round trip/host)   after apply: median {statistics.median(times):.2f} s, "
-                  f"max {max(times):.2f} s over {runs} runs ({'green' if ok else 'red'}, {checks} checks/host, "
-                  f"{trips} SSH round trip/host)", flush=True)
-        finally:
-            sandbox.down(state, log=lambda *_: None)
+    with booted_nodes(nodes, "127.0.89") as (state, inventory):
+        fresh, fresh_trips, _, fresh_ok = timed_audit(inventory)
+        applied = run_deploy(load_inventory(inventory), site_deploy)
+        if not applied.ok:
+            raise SystemExit(f"apply failed: {applied.as_dict()}")
+        times, trips, checks, ok = [], 0, 0, False
+        for _ in range(runs):
+            elapsed, trips, checks, ok = timed_audit(inventory)
+            times.append(elapsed)
+        print(f"nodes={nodes}  audit of fresh nodes: {fresh:.2f} s ({'green' if fresh_ok else 'red'}, "
+              f"{fresh_trips} SSH round trip/host)   after apply: median {statistics.median(times):.2f} s, "
+              f"max {max(times):.2f} s over {runs} runs ({'green' if ok else 'red'}, {checks} checks/host, "
+              f"{trips} SSH round trip/host)", flush=True)
 
 
 def main() -> None:

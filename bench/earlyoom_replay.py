@@ -19,11 +19,11 @@ import argparse
 import os
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from nodes import booted_nodes  # noqa: E402
 from sparkguard import sandbox  # noqa: E402
 from sparkguard.converge import site_deploy  # noqa: E402
 from sparkguard.inventory import load_inventory  # noqa: E402
@@ -64,24 +64,19 @@ def main() -> None:
     parser.add_argument("--variants", nargs="+", default=["sparkguard", "unmarked", "no-python", "stock"])
     args = parser.parse_args()
     os.environ["SPARKGUARD_LAB_THRESHOLDS"] = "1"
-    with tempfile.TemporaryDirectory(prefix="sg-replay-bench-") as tmp:
-        state, inventory = Path(tmp) / "state", Path(tmp) / "inventory"
-        sandbox.up(nodes=1, state_dir=state, inventory_dir=inventory, net="127.0.89", log=lambda *_: None)
-        try:
-            handle = SandboxHandle(state, inventory, sandbox.Sandbox.load(state).nodes)
-            for variant in args.variants:
-                runs = [one_run(handle, variant) for _ in range(args.runs)]
-                reactions = [r[0] * 1000 for r in runs if r[0] is not None]
-                below = [r[1] / 1024 for r in runs if r[1] is not None]
-                victims = sorted({r[2] for r in runs})
-                spared = sum(1 for r in runs if r[3])
-                timing = (f"reaction median {statistics.median(reactions):.0f} ms, max {max(reactions):.0f} ms"
-                          if reactions else "trainer never signalled")
-                print(f"{variant:10} runs={args.runs}  {timing}; MemAvailable below the line before the kill: "
-                      f"median {statistics.median(below):.0f} MiB, max {max(below):.0f} MiB; "
-                      f"victim(s): {', '.join(victims)}; bystander survived {spared}/{args.runs}")
-        finally:
-            sandbox.down(state, log=lambda *_: None)
+    with booted_nodes(1, "127.0.89") as (state, inventory):
+        handle = SandboxHandle(state, inventory, sandbox.Sandbox.load(state).nodes)
+        for variant in args.variants:
+            runs = [one_run(handle, variant) for _ in range(args.runs)]
+            reactions = [r[0] * 1000 for r in runs if r[0] is not None]
+            below = [r[1] / 1024 for r in runs if r[1] is not None]
+            victims = sorted({r[2] for r in runs})
+            spared = sum(1 for r in runs if r[3])
+            timing = (f"reaction median {statistics.median(reactions):.0f} ms, max {max(reactions):.0f} ms"
+                      if reactions else "trainer never signalled")
+            print(f"{variant:10} runs={args.runs}  {timing}; MemAvailable below the line before the kill: "
+                  f"median {statistics.median(below):.0f} MiB, max {max(below):.0f} MiB; "
+                  f"victim(s): {', '.join(victims)}; bystander survived {spared}/{args.runs}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,22 @@
+"""Sandbox nodes for a benchmark run: booted in a private directory, always torn down."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from sparkguard import sandbox
+
+
+@contextmanager
+def booted_nodes(nodes: int, net: str) -> Iterator[tuple[Path, Path]]:
+    """Yield (state_dir, inventory_dir) of ``nodes`` bookworm nodes on ``net``.x."""
+    with tempfile.TemporaryDirectory(prefix="sg-bench-") as tmp:
+        state, inventory = Path(tmp) / "state", Path(tmp) / "inventory"
+        sandbox.up(nodes=nodes, state_dir=state, inventory_dir=inventory, net=net, log=lambda *_: None)
+        try:
+            yield state, inventory
+        finally:
+            sandbox.down(state, log=lambda *_: None)
