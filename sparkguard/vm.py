@@ -422,14 +422,34 @@ class VM:
             raise
         return client
 
-    def ssh(self, command: str, timeout: float = 120, user: str = "root") -> tuple[int, str, str]:
+    def _patient_client(self, user: str, patience: float) -> paramiko.SSHClient:
+        """Connect, retrying for up to ``patience`` seconds while the guest is slow to answer.
+
+        Under TCG a guest under memory pressure (the swap tests fill its RAM on purpose)
+        can take longer than one banner timeout to fork sshd's session process; that is
+        a slow node, not a failed test. Authentication and host-key errors are not retried.
+        """
+        deadline = time.monotonic() + patience
+        while True:
+            try:
+                return self._client(user, timeout=min(30.0, max(10.0, patience)))
+            except (paramiko.AuthenticationException, paramiko.BadHostKeyException):
+                raise
+            except (OSError, EOFError, paramiko.SSHException):
+                if time.monotonic() >= deadline or not self.alive():
+                    raise
+                time.sleep(2)
+
+    def ssh(self, command: str, timeout: float = 120, user: str = "root",
+            connect_patience: float = 90) -> tuple[int, str, str]:
         """Run a command over a NEW SSH session; return (rc, stdout, stderr).
 
         Raises TimeoutError when the command has not finished after ``timeout`` seconds,
         which is also what a session open across a guest crash ends in: slirp keeps the
-        host side of the connection open after the guest is gone.
+        host side of the connection open after the guest is gone. Connecting is retried
+        for ``connect_patience`` seconds (0: one attempt, for polling loops).
         """
-        client = self._client(user)
+        client = self._patient_client(user, connect_patience)
         try:
             _, stdout, stderr = client.exec_command(command, timeout=timeout)
             channel = stdout.channel
@@ -476,7 +496,7 @@ class VM:
         if not self._banner():
             return None
         try:
-            rc, out, _ = self.ssh("cat /proc/sys/kernel/random/boot_id", timeout=15)
+            rc, out, _ = self.ssh("cat /proc/sys/kernel/random/boot_id", timeout=15, connect_patience=0)
         except (OSError, EOFError, paramiko.SSHException):  # TimeoutError is an OSError
             return None
         return out.strip() if rc == 0 and out.strip() else None
@@ -583,6 +603,30 @@ class VM:
                         pass
         finally:
             self.kill()
+
+    def responsive(self, patience: float = 60) -> bool:
+        """True when root can run a command within ``patience`` seconds."""
+        if not self.alive():
+            return False
+        try:
+            rc, _, _ = self.ssh("true", timeout=patience, connect_patience=patience)
+        except (OSError, EOFError, paramiko.SSHException):
+            return False
+        return rc == 0
+
+    def restart_fresh(self, timeout: float = 300) -> None:
+        """Kill qemu and boot a fresh copy of the image (a reimage), rewriting the inventory.
+
+        For a test session whose shared VM a failed test left wedged (thrashing, hung):
+        the next tests get a clean node instead of inheriting the failure.
+        """
+        had_inventory = (self.inventory_dir / "hosts.yml").exists()
+        self.kill()
+        self.timings.pop("boot_to_ssh", None)
+        self.start()
+        self.wait_for_ssh(timeout)
+        if had_inventory:
+            self.write_inventory()
 
     def remove_disks(self) -> None:
         """Delete this VM's disk copies (the cached image stays)."""

@@ -39,3 +39,20 @@ def vm_node(vm_image, tmp_path_factory):
         node.stop()
         assert not node.alive(), "qemu is still running after stop()"
         node.remove_disks()
+
+
+@pytest.fixture(autouse=True)
+def _vm_left_usable(request):
+    """After each test that used the VM: if it no longer answers, boot a fresh copy.
+
+    The test that wedged it (a fill that thrashed, a hung unit) has already failed on
+    its own; without this, every later VM test would fail too and hide what broke.
+    """
+    if "vm_node" not in request.fixturenames:
+        yield
+        return
+    node = request.getfixturevalue("vm_node")
+    yield
+    if not node.responsive(patience=90):
+        request.node.add_report_section("teardown", "vm", f"{node.name} stopped answering: booted a fresh copy")
+        node.restart_fresh()

@@ -93,15 +93,24 @@ def test_preflight_refuses_a_job_that_does_not_fit_and_swap_stays_on(vm_node, tr
 
 
 def test_swapoff_that_would_run_out_of_memory_is_refused_cleanly(vm_node, training_mode):
-    """Swap holds more than RAM can take back: training is refused, swap is left exactly as it was."""
+    """Swap holds more than RAM can take back: training is refused, swap is left exactly as it was.
+
+    The fill is MemAvailable plus 128 MiB: enough that swap holds more than what is
+    then available (plus earlyoom's reserve), while the rest of the guest keeps room
+    to answer SSH. Filling all of RAM (as an earlier version did) left the TCG guest
+    thrashing for minutes with nothing left for sshd.
+    """
     hog = (REPO / "tools" / "sparkguard-anon-hog").read_text()
     vm_node.check("systemctl stop earlyoom && cat > /usr/local/bin/sparkguard-anon-hog <<'SGEOF'\n"
                   f"{hog}SGEOF\nchmod +x /usr/local/bin/sparkguard-anon-hog")
     try:
-        total_mib = int(vm_node.check("awk '/MemTotal/{print int($2/1024)}' /proc/meminfo"))
+        available_mib, swap_free_mib = map(int, vm_node.check(
+            "awk '/MemAvailable/{a=$2} /SwapFree/{f=$2} END{print int(a/1024), int(f/1024)}' /proc/meminfo").split())
+        overflow_mib = 128
+        assert swap_free_mib > overflow_mib + 64, f"the VM's swap ({swap_free_mib} MiB free) is too small for this test"
         vm_node.check(f"systemd-run --unit sg-swapfill -p OOMScoreAdjust=500 sparkguard-anon-hog "
-                      f"--mib {total_mib - 60} --comm sg-swapfill")
-        deadline = time.time() + 180
+                      f"--mib {available_mib + overflow_mib} --comm sg-swapfill")
+        deadline = time.time() + 240
         used = 0
         while time.time() < deadline:
             used = int(vm_node.check("awk '/SwapTotal/{t=$2} /SwapFree/{f=$2} END{print t-f}' /proc/meminfo"))
@@ -116,4 +125,4 @@ def test_swapoff_that_would_run_out_of_memory_is_refused_cleanly(vm_node, traini
         assert vm_node.check(f"systemctl is-active {TARGET} || true").strip() != "active"
     finally:
         vm_node.ssh("systemctl stop sg-swapfill; systemctl reset-failed sg-swapfill sparkguard-swapoff "
-                    f"{TARGET}; systemctl start earlyoom")
+                    f"{TARGET}; systemctl start earlyoom", timeout=300)

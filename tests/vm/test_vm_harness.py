@@ -6,6 +6,7 @@ Ordered on purpose: the reboot and crash tests run last on the shared VM.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -86,3 +87,20 @@ def test_kernel_crash_comes_back_by_itself(vm_node):
     # may have put their own kernel.panic in sysctl.d (role recovery), so check the command line.
     assert "panic=5" in vm_node.check("cat /proc/cmdline").split()
     assert "Kernel panic" in vm_node.console_log.read_text(errors="replace")
+
+
+def test_a_wedged_vm_is_noticed_and_replaced_by_a_fresh_copy(vm_node):
+    """What tests/vm/conftest.py relies on to keep one failed test from failing the rest."""
+    vm_node.check("touch /root/left-by-an-earlier-test")
+    before = vm_node.boot_id()
+    os.kill(vm_node.process.pid, signal.SIGSTOP)  # the guest stops answering, as a thrashing one does
+    try:
+        assert not vm_node.responsive(patience=5)
+    finally:
+        os.kill(vm_node.process.pid, signal.SIGCONT)
+    vm_node.restart_fresh()
+    assert vm_node.responsive(patience=30)
+    assert vm_node.boot_id() != before
+    assert vm_node.ssh("test -e /root/left-by-an-earlier-test")[0] == 1, "a fresh copy, not the old disk"
+    inventory = load_inventory(vm_node.inventory_dir)
+    assert inventory.host(vm_node.name).config.ssh_port == vm_node.port
