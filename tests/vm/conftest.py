@@ -9,6 +9,7 @@ leaves the VM changed (swap off, a sysctl) should put it back.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 
 import pytest
 
@@ -26,19 +27,39 @@ def vm_image():
     return vm.ensure_image("bookworm", kernel="cloud", log=lambda *_: None)
 
 
-@pytest.fixture(scope="session")
-def vm_node(vm_image, tmp_path_factory):
-    """A booted VM (sparkguard.vm.VM) with its inventory written to vm_node.inventory_dir."""
-    node = vm.VM(vm_image, tmp_path_factory.mktemp("vm-node"))
+@contextmanager
+def booted(image, run_dir, **options):
+    """A VM booted from ``image``, inventory written, always stopped and its disks removed."""
+    node = vm.VM(image, run_dir, **options)
     try:
         node.start()
-        node.wait_for_ssh(timeout=300)
+        node.wait_for_ssh(timeout=400)
         node.write_inventory()
         yield node
     finally:
         node.stop()
         assert not node.alive(), "qemu is still running after stop()"
         node.remove_disks()
+
+
+@pytest.fixture(scope="session")
+def vm_node(vm_image, tmp_path_factory):
+    """A booted VM (sparkguard.vm.VM) with its inventory written to vm_node.inventory_dir."""
+    with booted(vm_image, tmp_path_factory.mktemp("vm-node")) as node:
+        yield node
+
+
+@pytest.fixture(scope="module")
+def hardware_watchdog_node(tmp_path_factory):
+    """A second VM, for one module only: the generic kernel and qemu's i6300esb watchdog device.
+
+    The cloud kernel (vm_node) has no i6300esb driver; this one takes a cold image
+    build of about 150 s once per cache, and is stopped when its module ends.
+    """
+    _require_vm_tools()
+    image = vm.ensure_image("bookworm", kernel="generic", log=lambda *_: None)
+    with booted(image, tmp_path_factory.mktemp("vm-hw"), name="vm-hw", watchdog=True) as node:
+        yield node
 
 
 @pytest.fixture(autouse=True)
@@ -48,10 +69,11 @@ def _vm_left_usable(request):
     The test that wedged it (a fill that thrashed, a hung unit) has already failed on
     its own; without this, every later VM test would fail too and hide what broke.
     """
-    if "vm_node" not in request.fixturenames:
+    name = next((n for n in ("vm_node", "hardware_watchdog_node") if n in request.fixturenames), None)
+    if name is None:
         yield
         return
-    node = request.getfixturevalue("vm_node")
+    node = request.getfixturevalue(name)
     yield
     if not node.responsive(patience=90):
         request.node.add_report_section("teardown", "vm", f"{node.name} stopped answering: booted a fresh copy")

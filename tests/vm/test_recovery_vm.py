@@ -8,6 +8,7 @@ import uuid
 import pytest
 
 from tests.vm import applying
+from tests.vm.watchdog import stall_and_wait_for_reboot, watchdog_state
 
 pytestmark = pytest.mark.vm
 KEEP = {"base", "earlyoom", "swap", "recovery"}
@@ -18,12 +19,6 @@ TEXTFILE = "/var/lib/prometheus/node-exporter/sparkguard_boot.prom"
 @pytest.fixture(scope="module")
 def recovered(vm_node, tmp_path_factory):
     return applying.converge(vm_node, tmp_path_factory.mktemp("recovery"), RECOVERY, KEEP)
-
-
-def watchdog_state(vm_node) -> list[str]:
-    return vm_node.check("systemctl show -p RuntimeWatchdogUSec --value; lsmod | awk '$1 == \"softdog\"' | wc -l; "
-                         "cat /etc/modules-load.d/*sparkguard* 2>/dev/null | grep -c softdog; "
-                         "test -e /dev/watchdog0 && echo dev").split()
 
 
 def test_watchdog_armed_with_softdog(vm_node, recovered):
@@ -48,4 +43,14 @@ def test_kernel_panic_reboots_by_itself_and_the_next_boot_reports_it(vm_node, re
     vm_node.wait_for_reboot(old, timeout=400)
     report = vm_node.check("journalctl -b -t sparkguard-boot-report -o cat")
     assert "previous boot ended uncleanly" in report
+    assert "sparkguard_previous_boot_unclean 1" in vm_node.check(f"cat {TEXTFILE}")
+
+
+
+def test_userspace_stall_is_rebooted_by_the_watchdog(vm_node, recovered):
+    """PID 1 starved of CPU: the softdog the role armed reboots the node, and the next boot reports it."""
+    assert watchdog_state(vm_node) == ["1min", "1", "1", "dev"]
+    seconds, console = stall_and_wait_for_reboot(vm_node)
+    print(f"userspace stall -> SSH answers from a new boot after {seconds:.0f} s (RuntimeWatchdogSec=60s, TCG)")
+    assert "softdog: Initiating system reboot" in console, console[-2000:]
     assert "sparkguard_previous_boot_unclean 1" in vm_node.check(f"cat {TEXTFILE}")
