@@ -19,6 +19,7 @@ import pytest
 from sparkguard.converge import site_deploy
 from sparkguard.inventory import load_inventory
 from sparkguard.runner import run_deploy
+from tests.conftest import run_cli
 from tests.replay import GIB, ReplayPlan, hugepage_budget, install_tools, run_replay
 from tests.sandbox.conftest import booted_sandbox
 
@@ -156,6 +157,30 @@ def test_apply_scrapes_node_exporter_on_loopback_and_second_apply_is_clean(mon, 
     assert not [a for a in prom("/api/v1/alerts")["data"]["alerts"]
                 if a["labels"]["alertname"] == "EarlyoomDown" and a["state"] == "firing"]
 
+
+
+def test_audit_reads_the_live_monitoring_stack_and_names_a_dead_exporter(mon, inventory):
+    """The monitoring rows of `sparkguard audit` come from the running daemons, not from files."""
+    assert apply(inventory).ok
+    result = run_cli("audit", str(inventory), "--json")
+    checks = {c["name"]: c for c in json.loads(result.stdout)["hosts"][0]["checks"]}
+    assert result.returncode == 0, [n for n, c in checks.items() if not c["ok"]]
+    assert checks["monitoring: node_exporter up"]["ok"]
+    assert checks["monitoring: Prometheus rules loaded"]["ok"]
+    assert int(checks["monitoring: Prometheus rules loaded"]["actual"].split()[0]) >= 3
+    mon.ssh("node-1", "systemctl stop prometheus-node-exporter")
+    try:
+        result = run_cli("audit", str(inventory), "--json")
+        checks = {c["name"]: c for c in json.loads(result.stdout)["hosts"][0]["checks"]}
+        assert result.returncode == 1
+        assert checks["monitoring: node_exporter up"] == {
+            "name": "monitoring: node_exporter up", "ok": False, "expected": "serving node_* metrics",
+            "actual": "not answering"}
+    finally:
+        mon.ssh("node-1", "systemctl start prometheus-node-exporter")
+    wait_for("node target up again", lambda: [
+        t for t in prom("/api/v1/targets")["data"]["activeTargets"]
+        if t["labels"]["job"] == "node" and t["health"] == "up"], timeout=90)
 
 def test_rule_change_reloads_prometheus_without_restart(mon, inventory, tmp_path):
     assert apply(inventory).ok
