@@ -148,7 +148,8 @@ class CommandSucceeds(FactBase):
     """Whether a shell check exits 0 (used to skip work on a converged node)."""
 
     def command(self, check: str) -> str:
-        return f"if {{ {check} ; }} >/dev/null 2>&1; then echo yes; else echo no; fi"
+        # A subshell: a check may `exit` or define functions without ending or changing the fact's shell.
+        return f"if ( {check}\n ) >/dev/null 2>&1; then echo yes; else echo no; fi"
 
     def process(self, output):
         return list(output)[-1:] == ["yes"]
