@@ -7,13 +7,7 @@ from .settings import VllmSettings
 from .state import desired_state
 
 
-class _VllmRole(Role):
-    def enabled(self, config) -> bool:
-        # No served model: nothing to install.
-        return super().enabled(config) and bool(config.vllm.models)
-
-
-ROLE = _VllmRole(
+ROLE = Role(
     name="vllm",
     settings=VllmSettings,
     desired_state=desired_state,

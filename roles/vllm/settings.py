@@ -70,7 +70,8 @@ class ServedModel(Settings):
 class VllmSettings(Settings):
     """vLLM servers sized from the node budget, one systemd instance per model."""
 
-    enabled: bool = setting(True, "Install the vLLM units and configs for the models below (none = nothing).")
+    enabled: bool = setting(True, "Install the vLLM units and configs for the models below; an instance no longer"
+                                 " listed is stopped and its files removed (no models: only that sweep).")
     runtime: Literal["docker", "native"] = setting(
         "docker",
         "docker = run `image` with docker (NVIDIA container runtime); native = run `native_binary` directly"

@@ -54,7 +54,14 @@ http.server.HTTPServer((conf["host"], int(conf["port"])), H).serve_forever()
 ''' % TOKEN
 
 
-def settings(policy: str) -> str:
+ALPHA = ("alpha: {model: standin/alpha, weights_gib: 1, kv_cache_gib: 2, shared_kv_cache_gib: 0.5,"
+         " runtime_overhead_gib: 0.5, port: 18580}")
+BETA = ("beta: {model: standin/beta, weights_gib: 1, kv_cache_gib: 1, shared_kv_cache_gib: 0.5,"
+        " runtime_overhead_gib: 0.5, port: 18581}")
+
+
+def settings(policy: str, models: tuple[str, ...] = (ALPHA,)) -> str:
+    listed = "".join(f"\n        {model}" for model in models) if models else " {}"
     return f"""\
     earlyoom: {{enabled: false}}
     swap: {{enabled: false}}
@@ -67,9 +74,7 @@ def settings(policy: str) -> str:
       listen: 127.0.80.1
       during_training: {policy}
       hf_token_env: {TOKEN_ENV}
-      models:
-        alpha: {{model: standin/alpha, weights_gib: 1, kv_cache_gib: 2, shared_kv_cache_gib: 0.5,
-                 runtime_overhead_gib: 0.5, port: 18580}}
+      models:{listed}
 """
 
 
@@ -189,3 +194,32 @@ def test_stop_policy_stops_serving_for_the_length_of_training(node):
     info = wait_for(lambda: standin(node), what="serving after training")
     assert info["config"] == "/etc/sparkguard/vllm/alpha.yaml"
     assert sh(node, f"systemctl is-active {UNIT}") == "active"
+
+
+def test_removed_instances_and_policies_leave_nothing_behind(node, tmp_path):
+    """Delete a model: its server stops and its files go. Policy `keep`: no drop-in stops serving any more."""
+    both = node.inventory_with(tmp_path / "both", settings("stop", (ALPHA, BETA)))
+    assert apply(both).ok
+    wait_for(lambda: sh(node, "systemctl is-active sparkguard-vllm@beta.service || true") == "active",
+             what="beta serving")
+    assert "50-sparkguard-vllm-beta.conf" in sh(node, f"ls /etc/systemd/system/{TARGET}.d")
+
+    alpha_keep = node.inventory_with(tmp_path / "alpha-keep", settings("keep"))
+    first = apply(alpha_keep)
+    assert first.ok, first.as_dict()
+    assert sh(node, "systemctl is-active sparkguard-vllm@beta.service || true") != "active"
+    assert sh(node, "systemctl is-enabled sparkguard-vllm@beta.service || true") != "enabled"
+    assert sh(node, "ls /etc/sparkguard/vllm").split() == ["alpha.env", "alpha.yaml"]
+    assert sh(node, f"ls /etc/systemd/system/{TARGET}.d 2>/dev/null | grep vllm || true") == ""
+    # Nothing links serving to training any more (the drop-ins were the only link).
+    assert sh(node, "ls /usr/local/lib/sparkguard/vllm-mode /etc/systemd/system/sparkguard-vllm-training@.service"
+                    f" /usr/local/lib/systemd/system/{TARGET} 2>/dev/null || true") == ""
+    assert sh(node, f"systemctl is-active {UNIT}") == "active"
+    assert apply(alpha_keep).changed == 0
+
+    none = node.inventory_with(tmp_path / "none", settings("keep", ()))
+    assert apply(none).ok
+    assert sh(node, f"systemctl is-active {UNIT} || true") != "active"
+    assert sh(node, "ls /etc/sparkguard/vllm") == ""
+    assert apply(none).changed == 0
+    apply(node.stop)  # back to what the other tests in this module expect
