@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import pytest
 
+from roles.recovery.state import BOOT_TEXTFILE
 from tests.vm import applying
 from tests.vm.watchdog import stall_and_wait_for_reboot, watchdog_state
 
 pytestmark = pytest.mark.vm
-TEXTFILE = "/var/lib/prometheus/node-exporter/sparkguard_boot.prom"
 
 
 def test_hardware_watchdog_is_used_and_resets_a_stalled_node(hardware_watchdog_node, tmp_path):
@@ -25,5 +25,5 @@ def test_hardware_watchdog_is_used_and_resets_a_stalled_node(hardware_watchdog_n
     seconds, console = stall_and_wait_for_reboot(node)
     print(f"userspace stall -> i6300esb reset -> SSH from a new boot after {seconds:.0f} s (TCG)")
     assert "softdog" not in console
-    assert "sparkguard_previous_boot_unclean 1" in node.check(f"cat {TEXTFILE}")
+    assert "sparkguard_previous_boot_unclean 1" in node.check(f"cat {BOOT_TEXTFILE}")
     assert watchdog_state(node) == ["1min", "0", "0", "dev"], "armed again after the reset"

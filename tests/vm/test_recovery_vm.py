@@ -7,13 +7,13 @@ import uuid
 
 import pytest
 
+from roles.recovery.state import BOOT_TEXTFILE
 from tests.vm import applying
 from tests.vm.watchdog import stall_and_wait_for_reboot, watchdog_state
 
 pytestmark = pytest.mark.vm
 KEEP = {"base", "earlyoom", "swap", "recovery"}
 RECOVERY = "    recovery: {sysctl: {sysrq: 176, panic_reboot_s: 10, panic_on_oops: true}}\n"
-TEXTFILE = "/var/lib/prometheus/node-exporter/sparkguard_boot.prom"
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +33,7 @@ def test_journal_sysctls_and_watchdog_hold_after_reboot(vm_node, recovered):
     values = vm_node.check("sysctl -n kernel.sysrq kernel.panic kernel.panic_on_oops vm.swappiness").split()
     assert values == ["176", "10", "1", "10"]
     assert watchdog_state(vm_node) == ["1min", "1", "1", "dev"]
-    assert "sparkguard_previous_boot_unclean 0" in vm_node.check(f"cat {TEXTFILE}")
+    assert "sparkguard_previous_boot_unclean 0" in vm_node.check(f"cat {BOOT_TEXTFILE}")
 
 
 def test_kernel_panic_reboots_by_itself_and_the_next_boot_reports_it(vm_node, recovered):
@@ -43,7 +43,7 @@ def test_kernel_panic_reboots_by_itself_and_the_next_boot_reports_it(vm_node, re
     vm_node.wait_for_reboot(old, timeout=400)
     report = vm_node.check("journalctl -b -t sparkguard-boot-report -o cat")
     assert "previous boot ended uncleanly" in report
-    assert "sparkguard_previous_boot_unclean 1" in vm_node.check(f"cat {TEXTFILE}")
+    assert "sparkguard_previous_boot_unclean 1" in vm_node.check(f"cat {BOOT_TEXTFILE}")
 
 
 
@@ -53,4 +53,4 @@ def test_userspace_stall_is_rebooted_by_the_watchdog(vm_node, recovered):
     seconds, console = stall_and_wait_for_reboot(vm_node)
     print(f"userspace stall -> SSH answers from a new boot after {seconds:.0f} s (RuntimeWatchdogSec=60s, TCG)")
     assert "softdog: Initiating system reboot" in console, console[-2000:]
-    assert "sparkguard_previous_boot_unclean 1" in vm_node.check(f"cat {TEXTFILE}")
+    assert "sparkguard_previous_boot_unclean 1" in vm_node.check(f"cat {BOOT_TEXTFILE}")
