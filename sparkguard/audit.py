@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import os
 import shlex
 import time
@@ -151,6 +152,11 @@ r ssh_memory "$(cat /sys/fs/cgroup/system.slice/ssh.service/memory.min /sys/fs/c
 r journald_memory "$(cat /sys/fs/cgroup/system.slice/systemd-journald.service/memory.min /sys/fs/cgroup/system.slice/systemd-journald.service/memory.low 2>/dev/null)"
 r boot_verdict "$(cat /run/sparkguard/boot-verdict 2>/dev/null)"
 """)
+    if "earlyoom" in roles:
+        from roles.earlyoom.state import RANKING_STATUS
+
+        lines.append(f"r gpu_ranking \"$(cat {_q(RANKING_STATUS)} 2>/dev/null)\"")
+        lines.append("r clock \"$(date +%s)\"")
     if "vllm" in roles:
         lines.append("for y in /etc/sparkguard/vllm/*.yaml; do [ -e \"$y\" ] && f @@V \"$y\"; done")
     if "monitoring" in roles:
@@ -168,6 +174,27 @@ r boot_verdict "$(cat /run/sparkguard/boot-verdict 2>/dev/null)"
             lines.append("r cadvisor_exec \"$(systemctl show -p ExecStart --value sparkguard-cadvisor.service)\"")
     lines.append("true")
     return "\n".join(lines) + "\n"
+
+
+def gpu_ranking_verdict(raw: str, clock: str) -> tuple[bool, str]:
+    """The GPU ranking agent's own status, judged: a missing, stale or failing agent is not ok.
+
+    No nvidia-smi on the node is ok (nothing to rank by), and said.
+    """
+    try:
+        status = json.loads(raw)
+        age = int(clock) - int(status["time"])
+        state, detail, interval = status["state"], status["detail"], float(status["interval_s"])
+    except (ValueError, KeyError, TypeError):
+        return False, "no status from sparkguard-gpu-ranking (not running?)"
+    if age > max(30, 5 * interval):
+        return False, f"status is {age} s old (agent stuck or stopped): {state}: {detail}"
+    if state == "ok":
+        holders = ", ".join(f"{h['comm']} {h['pid']} ({h['class']}, adj {h['adj']})" for h in status["holders"][:4])
+        return True, f"{detail}" + (f": {holders}" if holders else "")
+    if state == "no-nvidia-smi":
+        return True, detail
+    return False, f"{state}: {detail} (earlyoom's name rules only)"
 
 
 class AuditProbe(FactBase):
@@ -325,6 +352,10 @@ def evaluate(entry: InventoryHost, states: list[DesiredState], probe: ProbeOutpu
         else:
             add("earlyoom: thresholds hold on unified memory", info.earlyoom_version is not None,
                 "1.7 (MemAvailable/MemTotal)", version)
+
+        if cfg.earlyoom.gpu_ranking:
+            ok, actual = gpu_ranking_verdict(rt.get("gpu_ranking", ""), rt.get("clock", ""))
+            add("earlyoom: GPU memory in the victim ranking", ok, "agent fresh (or no nvidia-smi)", actual)
 
     # swap: the policy against what is active now.
     if "swap" in roles:

@@ -1,8 +1,13 @@
 """Process names earlyoom prefers and avoids, as the kernel reports them.
 
 earlyoom matches ``--prefer``/``--avoid`` against /proc/PID/comm (at most 15
-characters), not the command line. PyTorch renames its threads, so a trainer's
-comm is ``pt_main_thread``, not ``python``; Debian's node_exporter binary
+characters), not the command line. A current PyTorch trainer (2.5 and later,
+pytorch#134066) keeps its interpreter's comm (``python3``, ``python3.12``): only
+torch 2.3-2.4 renamed the main thread to ``pt_main_thread``. Still set by torch:
+``pt_elastic`` (torchrun's agent) and ``pt_data_worker`` (DataLoader workers).
+Names therefore mark launchers and workers; the trainer itself is found by the
+GPU memory it holds (the ranking agent) or by its mark (oom_score_adj 1000).
+Debian's node_exporter binary
 ``prometheus-node-exporter`` shows as ``prometheus-node``; journald as
 ``systemd-journal``. vLLM's engine is ``VLLM::EngineCore`` and its API server
 ``vllm``: neither may ever be preferred.
@@ -16,14 +21,22 @@ from __future__ import annotations
 
 import re
 
-# Training processes: PyTorch's thread names and launchers.
+# Training processes: PyTorch's thread names and the launchers' script names.
 TRAINING_NAMES = (
-    "pt_main_thread",   # torch's main thread after import (pytorch#133690)
-    "pt_elastic",       # torchrun / elastic agent
-    "pt_data_worker",   # DataLoader workers
+    "pt_elastic",       # torchrun / elastic agent (still set by current torch)
+    "pt_data_worker",   # DataLoader workers (pytorch#128448, still set)
+    "pt_main_thread",   # torch 2.3-2.4 only (pytorch#121170; removed in 2.5 by #134066)
     "torchrun",
-    "accelerate",
+    "accelerate",       # `accelerate launch`
     "deepspeed",
+    "tune",             # torchtune's `tune run`
+    "axolotl",          # `axolotl train`
+    "llamafactory-cl",  # LLaMA-Factory's `llamafactory-cli`, truncated to 15 characters
+)
+# Serving: never preferred, and ranked as serving by the GPU ranking agent.
+SERVING_NAMES = (
+    "vllm",             # `vllm serve`: the API server
+    "VLLM::.+",         # engine and workers: `VLLM::EngineCore` (comm `VLLM::EngineCor`), `VLLM::Worker_TP0`
 )
 # Plain interpreters: non-PyTorch trainers, but also any python3-named server.
 PYTHON_NAMES = (
@@ -42,6 +55,7 @@ PROTECTED_NAMES = (
     "dbus-daemon",
     "dbus-broker",
     "earlyoom",
+    "gpu-ranking",      # sparkguard's GPU ranking agent
     "prometheus",
     "prometheus-node",  # Debian's prometheus-node-exporter, truncated
     "node_exporter",    # upstream binary name
@@ -61,7 +75,7 @@ def alternation(names: tuple[str, ...]) -> str:
     return "^(" + "|".join(names) + ")$"
 
 
-def prefer_regex(extra: tuple[str, ...] = (), plain_python: bool = True) -> str:
+def prefer_regex(extra: tuple[str, ...] = (), plain_python: bool = False) -> str:
     return alternation(TRAINING_NAMES + (PYTHON_NAMES if plain_python else ()) + tuple(extra))
 
 
@@ -83,3 +97,7 @@ def fragment_problem(fragment: str) -> str | None:
     if re.fullmatch(fragment, ""):
         return "matches the empty string, so it would match too much"
     return None
+
+
+def serving_regex() -> str:
+    return alternation(SERVING_NAMES)

@@ -24,9 +24,20 @@ class EarlyoomSettings(Settings):
     report_interval_s: int = setting(
         60, "How often earlyoom logs memory status to the journal (0 = never).", unit="s", ge=0, le=86400)
     prefer_plain_python: bool = setting(
+        False,
+        "Also prefer every plain python/python3/python3.x by name (+300 in earlyoom's score). Off: a current"
+        " PyTorch trainer is named python3 like a notebook or a python-run server, and +300 would put a"
+        " notebook above serving (docs/roles/earlyoom.md, class order). Trainers are found by the GPU memory"
+        " they hold (gpu_ranking) and by their mark (sparkguard-train, sparkguard-oom-first). Turn on only on"
+        " a node where nothing but trainers runs as python.")
+    gpu_ranking: bool = setting(
         True,
-        "Also prefer plain python/python3/python3.x (non-PyTorch trainers). Set false when serving runs as"
-        " python3: both would get earlyoom's +300 and the larger RSS (the server) would die first.")
+        "Run sparkguard-gpu-ranking: every few seconds it reads per-process GPU memory from nvidia-smi (on a"
+        " unified-memory node that is host RAM, invisible to RSS) and raises each holder's oom_score_adj into"
+        " its class's band, so the kernel and earlyoom rank by true footprint. Installed everywhere; on a"
+        " node without nvidia-smi it reports so and does nothing else.")
+    gpu_ranking_interval_s: float = setting(
+        2.0, "How often the GPU ranking agent looks (one nvidia-smi call each time).", unit="s", ge=0.5, le=60)
     prefer_extra: tuple[str, ...] = setting(
         (), "Extra process names (comm, regex fragments) to kill first, besides PyTorch/python/launchers.")
     avoid_extra: tuple[str, ...] = setting(

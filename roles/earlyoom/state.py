@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import shlex
+from pathlib import Path
 
-from sparkguard.layout import BIN_DIR, LIB_DIR, STATE_DIR, TEXTFILE_DIR, dropin_path, unit_path
+from sparkguard import victim_order
+from sparkguard.layout import BIN_DIR, CONFIG_DIR, LIB_DIR, STATE_DIR, TEXTFILE_DIR, dropin_path, unit_path
 from sparkguard.role import RoleContext
 from sparkguard.state import DesiredState, Directory, ManagedFile, Service
 from sparkguard.templating import render_template
 
-from .names import avoid_regex, prefer_regex
+from . import gpu_ranking
+from .names import avoid_regex, prefer_regex, serving_regex
 from .settings import EarlyoomSettings
 
 DEFAULTS_FILE = "/etc/default/earlyoom"
@@ -23,6 +27,14 @@ CHECKER = f"{LIB_DIR}/earlyoom-check-args"
 OOM_FIRST = f"{BIN_DIR}/sparkguard-oom-first"
 KILLS_PATH_UNIT = "sparkguard-earlyoom-kills.path"
 KILLS_SERVICE_UNIT = "sparkguard-earlyoom-kills.service"
+RANKING_AGENT = f"{LIB_DIR}/gpu-ranking"
+RANKING_CONFIG = f"{CONFIG_DIR}/gpu-ranking.json"
+RANKING_UNIT = "sparkguard-gpu-ranking.service"
+RANKING_STATUS = "/run/sparkguard/gpu-ranking.json"
+RANKING_TEXTFILE = f"{TEXTFILE_DIR}/sparkguard_gpu_ranking.prom"
+# Units whose processes are training (sparkguard-train's jobs) and serving (role vllm's instances).
+TRAINING_UNIT_PREFIX = "sparkguard-job-"
+SERVING_UNIT_PREFIX = "sparkguard-vllm@"
 
 
 def threshold_args(settings: EarlyoomSettings, memory_total_bytes: int | None) -> list[str]:
@@ -51,6 +63,35 @@ def _gib(memory_total_bytes: int | None, percent: float) -> str:
     return f"{memory_total_bytes * percent / 100 / 2**30:.1f}"
 
 
+def ranking_config(settings: EarlyoomSettings, serving_adj: int) -> str:
+    """The agent's inputs, as JSON: the bands and names are sparkguard's, never re-typed on the node."""
+    return json.dumps({
+        "interval_s": settings.gpu_ranking_interval_s,
+        "serving_adj": serving_adj,
+        "holder_base": victim_order.HOLDER_BASE_ADJ,
+        "holder_span": victim_order.HOLDER_SPAN,
+        "avoid_regex": avoid_regex(settings.avoid_extra),
+        "serving_regex": serving_regex(),
+        "training_unit": TRAINING_UNIT_PREFIX,
+        "serving_unit": SERVING_UNIT_PREFIX,
+        "status_file": RANKING_STATUS,
+        "textfile": RANKING_TEXTFILE,
+    }, indent=2, sort_keys=True) + "\n"
+
+
+def ranking_files(settings: EarlyoomSettings, serving_adj: int) -> tuple[ManagedFile, ...]:
+    source = Path(gpu_ranking.__file__).read_text()
+    return (
+        ManagedFile(RANKING_AGENT, source, mode="0755",
+                    validate="python3 -c \"import ast, sys; ast.parse(open(sys.argv[1]).read())\" {path}"),
+        ManagedFile(RANKING_CONFIG, ranking_config(settings, serving_adj),
+                    validate="python3 -c \"import json, sys; json.load(open(sys.argv[1]))\" {path}"),
+        ManagedFile(unit_path(RANKING_UNIT), render_template(
+            "earlyoom/gpu-ranking.service.j2", agent=RANKING_AGENT, config=RANKING_CONFIG),
+            validate="systemd-analyze verify {path}"),
+    )
+
+
 def desired_state(ctx: RoleContext) -> DesiredState:
     settings: EarlyoomSettings = ctx.settings("earlyoom")
     total = ctx.node.memory_total_bytes
@@ -64,9 +105,14 @@ def desired_state(ctx: RoleContext) -> DesiredState:
         total_gib=f"{total / 2**30:.1f}" if total else "?",
         prefer=prefer_regex(settings.prefer_extra, settings.prefer_plain_python), avoid=avoid_regex(settings.avoid_extra),
     )
+    # Serving's band is the vllm role's oom_score_adj (one value, wherever a server runs).
+    serving_adj = ctx.settings("vllm").oom_score_adj
+    ranking = ranking_files(settings, serving_adj) if settings.gpu_ranking else ()
+    ranking_services = (Service(RANKING_UNIT, restart_on=tuple(f.path for f in ranking)),) if ranking else ()
     return DesiredState(
         role="earlyoom",
-        packages=("earlyoom",),
+        # The ranking agent is a python3 script (DGX OS and Ubuntu ship python3; a minimal Debian may not).
+        packages=("earlyoom", "python3") if ranking else ("earlyoom",),
         directories=(Directory(SPOOL_DIR, mode="0733"),),
         files=(
             ManagedFile(OOM_FIRST, render_template("earlyoom/oom-first.sh.j2"), mode="0755",
@@ -82,9 +128,9 @@ def desired_state(ctx: RoleContext) -> DesiredState:
                         validate="systemd-analyze verify {path}"),
             ManagedFile(DROPIN, render_template("earlyoom/dropin.conf.j2", **paths)),
             ManagedFile(DEFAULTS_FILE, defaults, validate=f"{CHECKER} {{path}}"),
-        ),
+        ) + ranking,
         services=(
             Service(KILLS_PATH_UNIT),
             Service("earlyoom.service", restart_on=(DEFAULTS_FILE, DROPIN, NOTIFY)),
-        ),
+        ) + ranking_services,
     )

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from sparkguard.settings import Settings, required, setting
+from sparkguard.victim_order import HOLDER_BASE_ADJ, SERVING_ADJ
 
 from .options import VLLM_VERSION
 
@@ -90,11 +91,12 @@ class VllmSettings(Settings):
         "While sparkguard-training.target is active: shrink = restart each model with its shared KV size,"
         " stop = stop serving, keep = leave it (the budget must then fit both at full size).")
     oom_score_adj: int = setting(
-        500,
-        "oom_score_adj of the servers: above every system service (0, earlyoom's avoid list, sshd -1000) so"
-        " the kernel and earlyoom kill serving before them, below the training job (1000, sparkguard-oom-first)"
-        " so training dies first.",
-        ge=1, le=999)
+        SERVING_ADJ,
+        "oom_score_adj of the servers (the serving band): above everything unmarked (0) and the avoid list,"
+        " below any other GPU-memory holder (600-800, set by earlyoom's GPU ranking agent) and marked training"
+        " (1000), so serving dies after training and before the system. The gaps are the RSS difference each"
+        " boundary tolerates (docs/roles/earlyoom.md, class order).",
+        ge=1, lt=HOLDER_BASE_ADJ)
     cuda_total_gib: float | None = setting(
         None,
         "What CUDA reports as total device memory (the base of gpu-memory-utilization). Default: from the"

@@ -70,3 +70,28 @@ def test_listener_at_zero_is_ok_only_where_the_kernel_refuses_lowering():
     allowed = {c.name: c for c in evaluate(entry, states, parse_output(base + "\n@@R\tcan_lower\t1"))}
     assert refused["sshd: listener oom_score_adj"].ok and "kernel refused" in refused["sshd: listener oom_score_adj"].actual
     assert not allowed["sshd: listener oom_score_adj"].ok
+
+
+def _ranking_status(state: str, time_s: int, detail: str = "d", holders=()) -> str:
+    import json
+
+    return json.dumps({"state": state, "detail": detail, "time": time_s, "interval_s": 2.0,
+                       "holders": list(holders)})
+
+
+def test_gpu_ranking_verdict_table():
+    from sparkguard.audit import gpu_ranking_verdict
+
+    holder = {"pid": 4242, "comm": "python3", "class": "gpu-holder", "adj": 732}
+    rows = [
+        (_ranking_status("ok", 1000, "1 GPU-memory holder(s)", [holder]), "1005", True, "python3 4242 (gpu-holder, adj 732)"),
+        (_ranking_status("no-nvidia-smi", 1000, "no nvidia-smi on this node"), "1001", True, "no nvidia-smi"),
+        (_ranking_status("error", 1000, "nvidia-smi exited 9"), "1001", False, "earlyoom's name rules only"),
+        (_ranking_status("ok", 1000), "1031", False, "31 s old"),
+        ("", "1000", False, "not running"),
+        ("{not json", "1000", False, "not running"),
+        (_ranking_status("ok", 1000), "", False, "not running"),
+    ]
+    for raw, clock, ok, words in rows:
+        verdict, actual = gpu_ranking_verdict(raw, clock)
+        assert (verdict, words in actual) == (ok, True), (raw, clock, actual)

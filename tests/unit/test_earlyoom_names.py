@@ -2,8 +2,9 @@
 
 Matched with `grep -E` (POSIX ERE via regcomp, the same engine earlyoom uses),
 after the same unquoting systemd applies to /etc/default/earlyoom. The comm
-strings are real: PyTorch's thread names (pytorch#133690, #128448), vLLM's
-engine (`VLLM::EngineCore`), and the 15-character truncations the kernel makes.
+strings are real: PyTorch's thread names (pytorch#128448; pt_main_thread only
+in torch 2.3-2.4, removed by pytorch#134066), vLLM's engine (`VLLM::EngineCore`,
+comm `VLLM::EngineCor`), and the 15-character truncations the kernel makes.
 """
 
 from __future__ import annotations
@@ -12,12 +13,17 @@ import subprocess
 
 import pytest
 
-from roles.earlyoom.names import avoid_regex, fragment_problem, prefer_regex
+from roles.earlyoom.names import avoid_regex, fragment_problem, prefer_regex, serving_regex
 
-TRAINING_COMMS = ["pt_main_thread", "pt_elastic", "pt_data_worker", "python", "python3", "python3.11",
-                  "python3.12", "torchrun", "accelerate", "deepspeed"]
-NOT_TRAINING = ["VLLM::EngineCore", "vllm", "sshd", "python3x11", "python3.", "mypython3", "python3.11-dbg",
-                "pt_main_thread2", "dockerd", "prometheus", "ollama", "tritonserver"]
+# comm values as the kernel reports them (15 characters at most).
+TRAINING_COMMS = ["pt_elastic", "pt_data_worker", "pt_main_thread", "torchrun", "accelerate", "deepspeed",
+                  "tune", "axolotl", "llamafactory-cl"]
+PYTHON_COMMS = ["python", "python3", "python3.11", "python3.12"]
+NOT_TRAINING = ["VLLM::EngineCor", "VLLM::Worker_TP", "vllm", "sshd", "python3x11", "python3.", "mypython3",
+                "python3.11-dbg", "pt_main_thread2", "dockerd", "prometheus", "ollama", "tritonserver",
+                "gpu-ranking", "llama-server"]
+SERVING_COMMS = ["vllm", "VLLM::EngineCor", "VLLM::Worker_TP"]
+NOT_SERVING = ["vllm2", "myvllm", "VLLM::", "python3", "pt_elastic", "llama-server"]
 PROTECTED = ["sshd", "sshd-session", "systemd", "systemd-journal", "systemd-logind", "dbus-daemon", "earlyoom",
              "prometheus", "prometheus-node", "node_exporter", "containerd", "dockerd"]
 NOT_PROTECTED = ["pt_main_thread", "python3", "VLLM::EngineCore", "sshd2", "systemd-udevd", "containerd-shim",
@@ -42,8 +48,24 @@ def test_prefer_matches_training_processes():
     assert ere_search(prefer_regex(), TRAINING_COMMS) == set(TRAINING_COMMS)
 
 
+def test_current_pytorch_trainer_is_not_preferred_by_name_by_default():
+    """torch >= 2.5 keeps comm python3: by default it is found by its GPU memory, not by +300 on its name."""
+    assert ere_search(prefer_regex(), PYTHON_COMMS) == set()
+
+
+def test_plain_python_can_be_preferred_on_a_training_only_node():
+    assert ere_search(prefer_regex(plain_python=True), TRAINING_COMMS + PYTHON_COMMS) == set(
+        TRAINING_COMMS + PYTHON_COMMS)
+
+
 def test_prefer_never_matches_vllm_or_system():
     assert ere_search(prefer_regex(), NOT_TRAINING) == set()
+    assert ere_search(prefer_regex(plain_python=True), NOT_TRAINING) == set()
+
+
+def test_serving_names_are_vllm_engine_and_api_server_only():
+    assert ere_search(serving_regex(), SERVING_COMMS) == set(SERVING_COMMS)
+    assert ere_search(serving_regex(), NOT_SERVING) == set()
 
 
 def test_avoid_covers_sshd_journald_monitoring():
@@ -75,9 +97,3 @@ def test_bad_fragments_are_refused(fragment, reason):
 
 def test_good_fragment():
     assert fragment_problem("my_trainer[0-9]*x") is None
-
-
-def test_plain_python_can_be_left_out_for_python3_servers():
-    regex = prefer_regex(plain_python=False)
-    assert ere_search(regex, TRAINING_COMMS) == {"pt_main_thread", "pt_elastic", "pt_data_worker", "torchrun",
-                                                 "accelerate", "deepspeed"}
