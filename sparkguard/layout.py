@@ -21,3 +21,7 @@ def dropin_path(unit: str, name: str = "50-sparkguard.conf") -> str:
 TRAINING_TARGET = "sparkguard-training.target"
 SWAPOFF_SERVICE = "sparkguard-swapoff.service"
 SYSCTL_CHECK = f"{LIB_DIR}/sysctl-check"
+# The node's memory budget (role budget), read by sparkguard-train's preflight (role swap).
+BUDGET_JSON = f"{CONFIG_DIR}/budget.json"
+# Which vLLM servers are in training mode now (role vllm), read by sparkguard-train's preflight.
+VLLM_MODE_DIR = "/run/sparkguard/vllm"

@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import json
 
-from sparkguard.layout import CONFIG_DIR
+from sparkguard.layout import BUDGET_JSON
 from sparkguard.planner import plan_host
 from sparkguard.role import RoleContext
 from sparkguard.state import DesiredState, ManagedFile
 
-BUDGET_JSON = f"{CONFIG_DIR}/budget.json"
 
 
 def desired_state(ctx: RoleContext) -> DesiredState:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from sparkguard.layout import CONFIG_DIR, LIB_DIR, TRAINING_TARGET, UNIT_DIR, dropin_path, unit_path
+from sparkguard.layout import CONFIG_DIR, LIB_DIR, TRAINING_TARGET, UNIT_DIR, VLLM_MODE_DIR, dropin_path, unit_path
 from sparkguard.planner import ServingPlan, fmt_gib, plan_host
 from sparkguard.role import RoleContext
 from sparkguard.state import DesiredState, Directory, Ensure, ManagedFile, Service
@@ -17,7 +17,7 @@ from .options import VLLM_VERSION
 from .settings import ServedModel, VllmSettings
 
 VLLM_CONFIG_DIR = f"{CONFIG_DIR}/vllm"
-MODE_DIR = "/run/sparkguard/vllm"
+MODE_DIR = VLLM_MODE_DIR
 MODE_SCRIPT = f"{LIB_DIR}/vllm-mode"
 SERVICE_TEMPLATE = "sparkguard-vllm@.service"
 TRAINING_TEMPLATE = "sparkguard-vllm-training@.service"

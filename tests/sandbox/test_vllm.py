@@ -21,6 +21,7 @@ import pytest
 from sparkguard.converge import site_deploy
 from sparkguard.inventory import load_inventory
 from sparkguard.runner import run_deploy
+from sparkguard.victim_order import SERVING_ADJ
 from tests.sandbox.conftest import booted_sandbox
 
 NODE = "node-1"
@@ -138,7 +139,7 @@ def test_apply_starts_the_server_with_budget_sizes_and_second_apply_is_clean(nod
     assert info["hf_token"] is True                      # the env file reached the process
     assert sh(node, f"systemctl is-active {UNIT}; systemctl is-enabled {UNIT}").split() == ["active", "enabled"]
     # Serving dies after training (1000) and before every system service (0 and below).
-    assert sh(node, f"cat /proc/{main_pid(node)}/oom_score_adj") == "500"
+    assert sh(node, f"cat /proc/{main_pid(node)}/oom_score_adj") == str(SERVING_ADJ)
     # The token: 0600 root on the node, never in a render.
     assert sh(node, "stat -c '%a %U' /etc/sparkguard/vllm/alpha.env") == "600 root"
     assert f"HF_TOKEN={TOKEN}" in sh(node, "cat /etc/sparkguard/vllm/alpha.env")
@@ -160,7 +161,7 @@ def test_restarts_after_a_crash(node):
     sh(node, f"kill -9 {before}")
     wait_for(lambda: (p := main_pid(node)) and p != before and standin(node), timeout=30, what="the restart")
     assert sh(node, f"systemctl is-active {UNIT}") == "active"
-    assert sh(node, f"cat /proc/{main_pid(node)}/oom_score_adj") == "500"
+    assert sh(node, f"cat /proc/{main_pid(node)}/oom_score_adj") == str(SERVING_ADJ)
 
 
 def test_shrink_follows_the_training_target(node):
@@ -170,7 +171,7 @@ def test_shrink_follows_the_training_target(node):
     # `systemctl start` returns once the full-size server has exited and the shared one is started.
     shared = wait_for(lambda: (i := standin(node)) and i["pid"] != full["pid"] and i, what="the shared server")
     assert shared["config"] == "/etc/sparkguard/vllm/alpha.shared.yaml" and shared["kv"] == 2**29
-    assert sh(node, f"cat /proc/{main_pid(node)}/oom_score_adj") == "500"
+    assert sh(node, f"cat /proc/{main_pid(node)}/oom_score_adj") == str(SERVING_ADJ)
     # An apply during training keeps the shared size (no change, no restart to full).
     assert apply(node.shrink).changed == 0
     assert standin(node)["config"].endswith("alpha.shared.yaml")

@@ -1,0 +1,111 @@
+"""sparkguard-train's pure parts, from the script as rendered for inventory/example.
+
+`docker run` is parsed so the launcher can own the container (--init, --name,
+--oom-score-adj) without misreading the image; what it cannot own it refuses
+before anything starts. The preflight counts what training mode frees by the
+node's budget. Both run here on the rendered script; the sandbox tests run it
+on nodes.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from sparkguard.inventory import load_inventory
+from sparkguard.render import host_states
+from tests.conftest import REPO
+
+
+@pytest.fixture(scope="module")
+def launcher(tmp_path_factory):
+    states = host_states(load_inventory(REPO / "inventory" / "example").host("spark-01"))
+    files = {f.path: f.content for state in states for f in state.files}
+    path = tmp_path_factory.mktemp("launcher") / "sparkguard_train.py"
+    path.write_text(files["/usr/local/bin/sparkguard-train"])
+    spec = importlib.util.spec_from_file_location("sparkguard_train", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+CONTAINER = "sparkguard-job-train-20261203-101010"
+OWNED = ["--init", f"--name={CONTAINER}", "--oom-score-adj=1000"]
+
+
+@pytest.mark.parametrize("args,options,rest", [
+    (["img", "python3", "t.py"], [], ["img", "python3", "t.py"]),
+    (["--rm", "--gpus", "all", "-it", "nvcr.io/nvidia/pytorch:25.11-py3", "python", "t.py", "--lr", "1"],
+     ["--rm", "--gpus", "all", "-it"], ["nvcr.io/nvidia/pytorch:25.11-py3", "python", "t.py", "--lr", "1"]),
+    (["-e", "HF_TOKEN", "-v", "/data:/data", "--memory=64g", "--shm-size", "16g", "img"],
+     ["-e", "HF_TOKEN", "-v", "/data:/data", "--memory=64g", "--shm-size", "16g"], ["img"]),
+    (["-eHF_HOME=/x", "-w", "/work", "--ipc=host", "img", "-c", "x"],
+     ["-eHF_HOME=/x", "-w", "/work", "--ipc=host"], ["img", "-c", "x"]),
+    (["--restart=no", "--restart", "no", "img"], ["--restart=no", "--restart", "no"], ["img"]),
+    (["--rm", "--", "img", "--rm"], ["--rm"], ["img", "--rm"]),
+])
+def test_docker_run_is_parsed_and_owned(launcher, args, options, rest):
+    assert launcher.docker_options(args) == (options, rest)
+    command = launcher.job_command(["docker", "run", *args], True, CONTAINER)
+    kept = [option for option in options if option != "--rm"]     # the job removes the container itself
+    assert command == ["docker", "run", *OWNED, *kept, *rest]
+
+
+@pytest.mark.parametrize("args,words", [
+    (["--name", "mine", "img"], "sparkguard names the container"),
+    (["--name=mine", "img"], "sparkguard names the container"),
+    (["--init", "img"], "PID 1"),
+    (["--oom-score-adj=-500", "img"], "--oom-score-adj=1000"),
+    (["--oom-score-adj", "0", "img"], "--oom-score-adj=1000"),
+    (["-d", "img"], "outlive the job"),
+    (["-itd", "img"], "outlive the job"),
+    (["--detach", "img"], "outlive the job"),
+    (["--restart=always", "img"], "restart policy"),
+    (["--restart", "on-failure", "img"], "restart policy"),
+    (["--frobnicate", "img"], "write it as --frobnicate=VALUE"),
+    (["--rm"], "no image given"),
+    (["-e"], "needs a value"),
+])
+def test_docker_run_sparkguard_cannot_own_is_refused(launcher, capsys, args, words):
+    with pytest.raises(SystemExit) as stop:
+        launcher.job_command(["docker", "run", *args], True, CONTAINER)
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert "refused" in err and words in err and "Nothing was started" in err
+
+
+def test_not_docker_run_is_refused(launcher, capsys):
+    with pytest.raises(SystemExit):
+        launcher.job_command(["podman", "run", "img"], True, CONTAINER)
+    assert launcher.job_command(["python3", "t.py"], False, CONTAINER) == ["python3", "t.py"]
+
+
+def test_preflight_counts_what_training_mode_frees(launcher, tmp_path, monkeypatch):
+    budget = tmp_path / "budget.json"
+    budget.write_text(json.dumps({"serving": [
+        {"name": "big", "footprint_bytes": 40 * 2**30, "during_training_bytes": 22 * 2**30},
+        {"name": "stopped", "footprint_bytes": 10 * 2**30, "during_training_bytes": 0},
+        {"name": "shrunk-already", "footprint_bytes": 10 * 2**30, "during_training_bytes": 0},
+        {"name": "bad"},
+    ]}))
+    modes = tmp_path / "modes"
+    modes.mkdir()
+    (modes / "shrunk-already.mode").write_text("SPARKGUARD_VLLM_MODE=shared\n")
+    active = {"sparkguard-vllm@big.service", "sparkguard-vllm@shrunk-already.service"}
+    monkeypatch.setattr(launcher, "BUDGET_JSON", budget)
+    monkeypatch.setattr(launcher, "VLLM_MODE_DIR", modes)
+    monkeypatch.setattr(launcher, "systemctl", lambda *a: type("R", (), {
+        "stdout": "active\n" if a[-1] in active else "inactive\n"})())
+    freed, notes = launcher.training_mode_frees()
+    assert freed == 18 * 2**30 and notes == ["big 18.0 GiB"]
+
+
+@pytest.mark.parametrize("content", ["", "not json", "[]", '{"serving": "x"}', '{"serving": [1, null]}'])
+def test_preflight_without_a_readable_budget_counts_nothing(launcher, tmp_path, monkeypatch, content):
+    budget = tmp_path / "budget.json"
+    budget.write_text(content)
+    monkeypatch.setattr(launcher, "BUDGET_JSON", budget)
+    assert launcher.training_mode_frees() == (0, [])
