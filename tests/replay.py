@@ -1,16 +1,23 @@
-"""The incident replay: a 'CUDA trainer' whose memory no cgroup and no RSS sees.
+"""The incident replay as a matrix: every launch path x every bystander at once.
 
 Shared by tests/sandbox/test_incident_replay.py and bench/earlyoom-replay.
-On a sandbox node with role earlyoom applied:
+On a sandbox node with role earlyoom applied (GPU ranking agent on):
 
-- a bystander with a large anonymous RSS and comm ``python3`` (a vLLM API server
-  stand-in) runs;
-- ``sparkguard-uma-hog`` (comm ``pt_main_thread``) is started the way operators
-  start training, through ``sparkguard-oom-first``, and is placed by the host into
-  a memory cgroup with a small limit (what ``docker run --memory`` does) before it
-  allocates hugetlb pages in steps: invisible to VmRSS and to the cgroup, but
-  MemAvailable falls, as with GPU driver memory on a DGX Spark;
-- earlyoom must SIGTERM the hog, spare everything else, and count the kill.
+- bystanders run together in every cell: a vLLM stand-in started as its
+  sparkguard-vllm@ unit would set it (serving's oom_score_adj, comm
+  ``VLLM::EngineCor``, a larger RSS than the trainer's), a plain ``python3``
+  notebook, and an open SSH session;
+- the trainer is ``sparkguard-uma-hog``: it allocates hugetlb pages in steps,
+  invisible to VmRSS and to any memory cgroup while MemAvailable falls, as GPU
+  driver memory does on a DGX Spark. A stand-in ``nvidia-smi`` on the node
+  reports each process's HugetlbPages as its ``used_memory`` (the output format
+  of ``--query-compute-apps=pid,used_memory --format=csv,noheader,nounits``);
+- it is started by one of the launch paths (LAUNCHES): sparkguard-train,
+  sparkguard-train under sudo from the ops account, sparkguard-oom-first, plain
+  python3 placed by the host in a small memory cgroup (what docker run --memory
+  does), an unknown comm (llama-server);
+- earlyoom must SIGTERM the trainer first, spare every bystander, sshd and a
+  fresh login, and count the kill.
 
 Safety: the hugetlb pages come out of the host's real memory. The SIGTERM line
 is set relative to the host's current MemAvailable so at most ~2 GiB is taken,
@@ -29,8 +36,21 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 HOG_UNIT = "sg-replay-hog"
-BYSTANDER_UNIT = "sg-replay-bystander"
-HOG_REPORT = "/run/sg-replay-hog.jsonl"
+BYSTANDER_UNIT = "sg-replay-bystander"     # the python3 notebook
+VLLM_UNIT = "sg-replay-vllm"               # the vLLM engine stand-in
+HOG_REPORT = "/tmp/sg-replay-hog.jsonl"    # /tmp: the sudo path's trainer runs as ops
+SSH_SESSION_END = "/run/sg-replay-end"
+NVIDIA_SMI = "/usr/local/bin/nvidia-smi"
+# STAND-IN for nvidia-smi (no GPU here): each process's hugetlb memory, the replay's "driver
+# memory", reported as its GPU memory in the format of
+# `nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits` (MiB).
+FAKE_NVIDIA_SMI = """#!/bin/sh
+# STAND-IN installed by sparkguard's incident replay (tests/replay.py); not NVIDIA's nvidia-smi.
+for f in /proc/[0-9]*/status; do
+  awk '/^Pid:/ {p = $2} /^HugetlbPages:/ {if ($2 > 0) printf "%s, %d\\n", p, $2 / 1024}' "$f" 2>/dev/null
+done
+exit 0
+"""
 GO_FIFO = "/run/sg-replay-go"
 HOG_PIDFILE = "/run/sg-replay-hog.pid"
 MIB = 2**20
@@ -50,7 +70,7 @@ class ReplayPlan:
 
     mem_total_kib: int
     mem_available_kib: int
-    bystander_mib: int = 256
+    bystander_mib: int = 256 + 384     # notebook + vLLM stand-in
     term_after_bytes: int = int(1.25 * GIB)
     kill_after_bytes: int = int(1.75 * GIB)
     hog_cap_mib: int = 2304
@@ -76,20 +96,63 @@ class ReplayPlan:
         return cls(meminfo_kib("MemTotal"), meminfo_kib("MemAvailable"))
 
 
+@dataclass(frozen=True)
+class Launch:
+    """One way an operator starts training; ``{hog}`` is the trainer's command line."""
+
+    name: str
+    command: str
+    comm: str = "python3"            # current PyTorch keeps the interpreter's comm
+    host_cgroup: bool = False        # placed by the host into a small memory cgroup before it allocates
+    marked: bool = False             # oom_score_adj 1000 from sparkguard; else found by its GPU memory
+    record: bool = False             # sparkguard-train writes a record that must say killed_by_earlyoom
+
+
+LAUNCHES = {
+    launch.name: launch for launch in (
+        Launch("sparkguard-train", "sparkguard-train --name replay -- {hog}", marked=True, record=True),
+        Launch("sudo sparkguard-train (ops)", "runuser -u ops -- sudo -n sparkguard-train --name replay -- {hog}",
+               marked=True, record=True),
+        Launch("sparkguard-oom-first", "sparkguard-oom-first -- {hog}", marked=True),
+        Launch("python3 in a --memory cgroup", "{hog}", host_cgroup=True),
+        Launch("llama-server", "{hog}", comm="llama-server"),
+    )
+}
+
+
 @dataclass
 class ReplayResult:
+    launch: str
     hog_exit: str
     hog_events: list[dict]
     term_line_kib: int
     cgroup_peak_bytes: int
     cgroup_limit_bytes: int
     bystander_alive: bool
+    vllm_alive: bool
+    ssh_session_alive: bool
     sshd_alive: bool
     earlyoom_alive: bool
+    fresh_login: bool
     logins_during: int
+    kills_before: int
+    kills_after: int
     kill_counter: str
     earlyoom_log: str
+    first_victim_pid: int | None
+    hog_pid: int | None
+    hog_adj: str
+    record: dict | None
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def trainer_killed_first(self) -> bool:
+        return self.first_victim_pid is not None and self.first_victim_pid == self.hog_pid
+
+    @property
+    def bystanders_alive(self) -> bool:
+        return all((self.bystander_alive, self.vllm_alive, self.ssh_session_alive, self.sshd_alive,
+                    self.earlyoom_alive, self.fresh_login))
 
     @property
     def got_sigterm(self) -> bool:
@@ -200,76 +263,153 @@ def host_pid_of(container_pid: int, nspawn_pid: int) -> int:
 
 
 def install_tools(handle, node: str) -> None:
+    root = Path(handle.node(node).rootfs)
     for tool in ("sparkguard-uma-hog", "sparkguard-anon-hog"):
-        source = (REPO / "tools" / tool).read_text()
-        target = Path(handle.node(node).rootfs) / "usr/local/bin" / tool
-        target.write_text(source)
+        target = root / "usr/local/bin" / tool
+        target.write_text((REPO / "tools" / tool).read_text())
         target.chmod(0o755)
+    target = root / NVIDIA_SMI.lstrip("/")
+    target.write_text(FAKE_NVIDIA_SMI)
+    target.chmod(0o755)
 
 
-def run_replay(handle, node: str, plan: ReplayPlan, timeout_s: float = 120, oom_first: bool = True) -> ReplayResult:
-    """Drive one replay on a node whose earlyoom already runs with ``plan``'s lines.
+def remove_tools(handle, node: str) -> None:
+    (Path(handle.node(node).rootfs) / NVIDIA_SMI.lstrip("/")).unlink(missing_ok=True)
 
-    ``oom_first=False`` starts the hog without sparkguard-oom-first, as an
-    unmarked training job would run.
-    """
-    launcher = "sparkguard-oom-first -- " if oom_first else ""
+
+def _kills_total(counter: str) -> int:
+    for line in counter.splitlines():
+        if line.startswith("sparkguard_earlyoom_kills_all_total "):
+            return int(float(line.split()[1]))
+    return 0
+
+
+def _first_victim(log: str) -> int | None:
+    for line in log.splitlines():
+        if "sending SIG" in line and " to process " in line:
+            return int(line.split(" to process ", 1)[1].split()[0])
+    return None
+
+
+class SshSession:
+    """An open SSH session (sshd-session + a shell) for the length of a cell: a bystander."""
+
+    def __init__(self, handle, node: str):
+        import threading
+
+        self.result: tuple | None = None
+        command = f"rm -f {SSH_SESSION_END}; while [ ! -e {SSH_SESSION_END} ]; do sleep 0.2; done; echo survived"
+        self.thread = threading.Thread(target=lambda: setattr(self, "result", handle.ssh(node, command)),
+                                       daemon=True)
+        self.thread.start()
+
+    def survived(self, handle, node: str) -> bool:
+        handle.ssh(node, f"touch {SSH_SESSION_END}")
+        self.thread.join(timeout=30)
+        return self.result is not None and self.result[0] == 0 and self.result[1].strip() == "survived"
+
+
+def run_cell(handle, node: str, plan: ReplayPlan, launch: Launch, timeout_s: float = 120) -> ReplayResult:
+    """Drive one cell on a node whose earlyoom already runs with ``plan``'s lines."""
+    from roles.vllm.settings import VllmSettings
+
     install_tools(handle, node)
     ssh = lambda cmd: handle.ssh(node, cmd)  # noqa: E731 - every call is a NEW SSH login
-    cleanup = (f"systemctl stop {HOG_UNIT} {BYSTANDER_UNIT} 2>/dev/null; "
-               f"systemctl reset-failed {HOG_UNIT} {BYSTANDER_UNIT} 2>/dev/null; "
-               f"rm -f {HOG_REPORT} {GO_FIFO} {HOG_PIDFILE}; true")
+    cleanup = (f"systemctl stop {HOG_UNIT} {BYSTANDER_UNIT} {VLLM_UNIT} 'sparkguard-job-replay-*' 2>/dev/null; "
+               f"systemctl reset-failed {HOG_UNIT} {BYSTANDER_UNIT} {VLLM_UNIT} 2>/dev/null; "
+               f"rm -f {HOG_REPORT} {GO_FIFO} {HOG_PIDFILE}; touch {SSH_SESSION_END}; true")
     ssh(cleanup)
     limit = 256 * MIB
+    serving_adj = VllmSettings().oom_score_adj
+    hog = (f"sparkguard-uma-hog --comm {launch.comm} --step-mib 32 --interval-s 0.2 --max-mib {plan.hog_cap_mib} "
+           f"--hold --sample-ms 50 --report {HOG_REPORT}")
     with hugepage_budget(plan.hog_cap_mib // 2 + 64), host_memory_cgroup(f"sparkguard-replay-{os.getpid()}", limit) as group:
+        session = None
         try:
-            rc, _, err = ssh(f"systemd-run --unit {BYSTANDER_UNIT} -q sparkguard-anon-hog --mib {plan.bystander_mib} "
-                             f"--comm python3")
+            _, counter_before, _ = ssh("cat /var/lib/prometheus/node-exporter/sparkguard_earlyoom.prom")
+            rc, _, err = ssh(f"systemd-run --unit {BYSTANDER_UNIT} -q sparkguard-anon-hog --mib 256 --comm python3 && "
+                             f"systemd-run --unit {VLLM_UNIT} -q -p OOMScoreAdjust={serving_adj} "
+                             f"sparkguard-anon-hog --mib 384 --comm VLLM::EngineCor")
             assert rc == 0, err
+            session = SshSession(handle, node)
+            since = ssh("date '+%Y-%m-%d %H:%M:%S'")[1].strip()
             rc, _, err = ssh(
                 # systemd-run expands $$ itself: $$$$ reaches sh as $$.
-                f"mkfifo {GO_FIFO} && systemd-run --unit {HOG_UNIT} -q sh -c "
-                f"'echo $$$$ > {HOG_PIDFILE}; read go < {GO_FIFO}; exec {launcher}sparkguard-uma-hog "
-                f"--step-mib 32 --interval-s 0.2 --max-mib {plan.hog_cap_mib} --hold --sample-ms 50 "
-                f"--report {HOG_REPORT}'")
+                f"install -m 666 /dev/null {HOG_REPORT} && mkfifo {GO_FIFO} && systemd-run --unit {HOG_UNIT} -q "
+                f"sh -c 'echo $$$$ > {HOG_PIDFILE}; read go < {GO_FIFO}; exec {launch.command.format(hog=hog)}'")
             assert rc == 0, err
             container_pid = _wait_for_pidfile(ssh)
-            host_pid = host_pid_of(container_pid, handle.node(node).pid)
-            (group / "cgroup.procs").write_text(str(host_pid))
-            time.sleep(1.0)  # let the bystander finish touching its pages before the hog starts
+            if launch.host_cgroup:
+                host_pid = host_pid_of(container_pid, handle.node(node).pid)
+                (group / "cgroup.procs").write_text(str(host_pid))
+            time.sleep(1.5)  # the bystanders finish touching their pages before the trainer starts
             ssh(f"echo go > {GO_FIFO}")
             logins = 0
+            adj, hog_pid = "", None
             deadline = time.time() + timeout_s
             while time.time() < deadline:
-                rc, out, _ = ssh(f"systemctl is-active {HOG_UNIT}")
+                # The trainer's oom_score_adj as earlyoom sees it (the GPU ranking agent raises unmarked ones).
+                probe = f"cat /proc/{hog_pid}/oom_score_adj 2>/dev/null" if hog_pid else f"head -1 {HOG_REPORT}"
+                rc, out, _ = ssh(f"systemctl is-active {HOG_UNIT}; {probe}")
                 logins += 1
-                if out.strip() not in ("active", "activating"):
+                lines = out.splitlines()
+                if len(lines) > 1 and hog_pid:
+                    adj = lines[1].strip()
+                elif len(lines) > 1:
+                    try:
+                        hog_pid = json.loads(lines[1])["pid"]
+                    except (ValueError, KeyError):
+                        pass
+                if lines[:1] and lines[0] not in ("active", "activating"):
                     break
-                time.sleep(0.5)
+                time.sleep(0.4)
             _, status, _ = ssh(f"systemctl show -p ExecMainCode -p ExecMainStatus --value {HOG_UNIT}")
             _, report, _ = ssh(f"cat {HOG_REPORT}")
             events = [json.loads(line) for line in report.splitlines() if line.strip()]
-            _, bystander, _ = ssh(f"systemctl is-active {BYSTANDER_UNIT}")
+            _, states, _ = ssh(f"systemctl is-active {BYSTANDER_UNIT}; systemctl is-active {VLLM_UNIT}")
             _, alive, _ = ssh("pgrep -x sshd >/dev/null && echo sshd; systemctl is-active earlyoom")
+            session_ok = session.survived(handle, node)
             time.sleep(2.0)  # the path unit collects the kill event
             _, counter, _ = ssh("cat /var/lib/prometheus/node-exporter/sparkguard_earlyoom.prom")
-            _, log, _ = ssh("journalctl -u earlyoom --no-pager -n 30 -o cat; "
-                            "journalctl -t sparkguard-earlyoom --no-pager -n 5 -o cat")
+            _, log, _ = ssh(f"journalctl -u earlyoom --since '{since}' --no-pager -o cat")
+            record = None
+            if launch.record:
+                rc, out, _ = ssh("cat /var/lib/sparkguard/train/last.json")
+                record = json.loads(out) if rc == 0 else None
+            states = states.split()
             return ReplayResult(
+                launch=launch.name,
                 hog_exit=" ".join(status.split()),
                 hog_events=events,
                 term_line_kib=plan.term_line_kib,
                 cgroup_peak_bytes=cgroup_peak(group),
                 cgroup_limit_bytes=limit,
-                bystander_alive=bystander.strip() == "active",
+                bystander_alive=states[:1] == ["active"],
+                vllm_alive=states[1:2] == ["active"],
+                ssh_session_alive=session_ok,
                 sshd_alive="sshd" in alive.split(),
                 earlyoom_alive="active" in alive.split(),
+                fresh_login=ssh("true")[0] == 0,
                 logins_during=logins,
+                kills_before=_kills_total(counter_before),
+                kills_after=_kills_total(counter),
                 kill_counter=counter,
                 earlyoom_log=log,
+                first_victim_pid=_first_victim(log),
+                hog_pid=events[0]["pid"] if events else None,
+                hog_adj=adj,
+                record=record,
             )
         finally:
+            if session is not None:
+                session.survived(handle, node)
             ssh(cleanup)
+
+
+def run_replay(handle, node: str, plan: ReplayPlan, timeout_s: float = 120, oom_first: bool = True) -> ReplayResult:
+    """One cell: the trainer through sparkguard-oom-first, or (``oom_first=False``) plain python3 in a cgroup."""
+    launch = LAUNCHES["sparkguard-oom-first" if oom_first else "python3 in a --memory cgroup"]
+    return run_cell(handle, node, plan, launch, timeout_s)
 
 
 def _wait_for_pidfile(ssh) -> int:

@@ -282,7 +282,7 @@ def test_memory_alert_fires_and_earlyoom_kill_reaches_prometheus(mon, tmp_path):
                          lambda: query('sparkguard_earlyoom_kills_all_total{job="node"} > 0'), timeout=30)
         assert float(kills[0]["value"][1]) >= 1
         assert wait_for("per-victim counter", lambda: query(
-            'sparkguard_earlyoom_kills_total{job="node",victim="pt_main_thread"} > 0'), timeout=15)
+            'sparkguard_earlyoom_kills_total{job="node",victim="python3"} > 0'), timeout=15)
         assert wait_for("EarlyoomKilledProcess", lambda: firing("EarlyoomKilledProcess"), timeout=30)
     finally:
         os.environ.pop(LAB_ENV, None)

@@ -80,16 +80,6 @@ def test_preflight_refuses_a_job_that_does_not_fit_and_changes_nothing(sandbox_n
     assert after.split() == before.split()
 
 
-def test_docker_flag_injects_oom_score_adj(sandbox_nodes):
-    """No docker engine here: a stand-in `docker` prints its arguments (what docker run would receive)."""
-    apply(sandbox_nodes.inventory_dir)
-    rc, out, err = sandbox_nodes.ssh(
-        "node-1", "mkdir -p /tmp/fakebin && printf '#!/bin/sh\\necho \"$@\"\\n' > /tmp/fakebin/docker && "
-                  "chmod +x /tmp/fakebin/docker && sparkguard-train --docker -- /tmp/fakebin/docker run --rm img python3 t.py")
-    assert rc == 0, err
-    assert out.strip().splitlines()[0] == "run --oom-score-adj=1000 --rm img python3 t.py"
-
-
 def test_swap_modes_converge_and_reapply_cleanly_in_a_container(sandbox_nodes, tmp_path):
     """The policy's boot side (masks, fstab) also on nodes without swap; second apply changes nothing."""
     for mode, masked in (("off", "masked"), ("on", "not-masked"), ("training-off", "not-masked")):
