@@ -84,6 +84,7 @@ def test_sudo_from_ops_runs_the_job_as_ops_and_leaves_training_mode(node):
     assert status["training_mode"] is False and status["jobs"] == []
     assert status["last_run"]["unit"].startswith("sparkguard-job-opsjob-")
     assert status["last_run"]["exit_code"] == 7 and status["last_run"]["killed_by_earlyoom"] is False
+    assert status["last_run"]["main_pid"].isdigit() and status["last_run"]["started"][:3].isalpha()
     assert sh(node, "stat -c '%U %a' /var/lib/sparkguard/train/last.json") == "root 644"
 
 
