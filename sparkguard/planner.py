@@ -24,6 +24,17 @@ from typing import Any
 from .errors import ConfigError, Problem
 
 GIB = 2**30
+# The default shrunk KV cache: one max_model_len sequence plus this margin, capped at the full KV.
+# vLLM refuses to start when the KV cache holds less than one max_model_len sequence, and it
+# counts in whole blocks per layer after its own profiling: a cache of exactly one sequence
+# fails on rounding. A quarter more keeps the start safe and still frees most of the KV.
+SHARED_KV_MARGIN = 1.25
+
+
+def default_shared_kv(min_kv: int, kv: int | None) -> int:
+    """One sequence's KV plus the margin, never more than the full-size KV."""
+    margin = math.ceil(min_kv * SHARED_KV_MARGIN)
+    return margin if kv is None else min(kv, margin)
 
 # What CUDA reports as total device memory (cudaMemGetInfo's total, torch.cuda.mem_get_info()[1]) per
 # device profile: the base of vLLM's --gpu-memory-utilization. The one place this table lives.
@@ -306,7 +317,7 @@ def _plan_serving(name: str, m, cuda_total: int, policy: str, problems: list[Pro
         if m.shared_kv_cache_gib is not None:
             shared_kv = gib_bytes(m.shared_kv_cache_gib)
         elif min_kv is not None:
-            shared_kv = min_kv
+            shared_kv = default_shared_kv(min_kv, kv)
         else:
             problems.append(Problem("", f"{base}.shared_kv_cache_gib", None,
                                     "is required with during_training: shrink when no `shape` is given"))
@@ -439,12 +450,15 @@ def ways_out(plan: HostPlan) -> list[str]:
     assert training is not None
     rooms = [("as configured", total - fixed - training_phase.serving_bytes)]
     if plan.serving and plan.during_training != "stop":
-        shrunk = sum(s.weights_bytes + (s.min_kv_bytes if s.min_kv_bytes is not None else
-                                        s.shared_kv_cache_memory_bytes or s.kv_cache_memory_bytes)
-                     + s.overhead_bytes for s in plan.serving)
+        def smallest(s) -> int:
+            if s.min_kv_bytes is not None:
+                return default_shared_kv(s.min_kv_bytes, s.kv_cache_memory_bytes)
+            return s.shared_kv_cache_memory_bytes or s.kv_cache_memory_bytes
+
+        shrunk = sum(s.weights_bytes + smallest(s) + s.overhead_bytes for s in plan.serving)
         if shrunk < training_phase.serving_bytes:
-            sizes = ", ".join(f"{s.name} {fmt_gib(s.min_kv_bytes)}" for s in plan.serving if s.min_kv_bytes)
-            rooms.append((f"with vllm.during_training: shrink to one max_model_len sequence of KV "
+            sizes = ", ".join(f"{s.name} {fmt_gib(smallest(s))}" for s in plan.serving if s.min_kv_bytes)
+            rooms.append((f"with vllm.during_training: shrink to one max_model_len sequence of KV + 25% "
                           f"(shared_kv_cache_gib: {sizes})", total - fixed - shrunk))
         rooms.append(("without co-location (vllm.during_training: stop, or train on another node)", total - fixed))
     for label, room in rooms:

@@ -46,7 +46,8 @@ class ServedModel(Settings):
         unit="GiB", gt=0, le=65536)
     shared_kv_cache_gib: float | None = setting(
         None,
-        "KV cache while a training job runs (during_training: shrink). Default: one max_model_len sequence.",
+        "KV cache while a training job runs (during_training: shrink). Default: one max_model_len sequence"
+        " plus 25% (vLLM refuses to start below one sequence, and rounds to whole blocks), at most the full KV.",
         unit="GiB", gt=0, le=65536)
     gpu_memory_utilization: float | None = setting(
         None,

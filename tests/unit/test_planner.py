@@ -6,6 +6,8 @@ Regenerate tests/golden/plan-example.json after an intended change with
 
 from __future__ import annotations
 
+import math
+
 import json
 import os
 
@@ -13,7 +15,7 @@ import pytest
 
 from sparkguard.estimate import largest_seq_len
 from sparkguard.inventory import load_inventory
-from sparkguard.planner import GIB, plan_host, training_spec
+from sparkguard.planner import GIB, SHARED_KV_MARGIN, plan_host, training_spec
 from tests.conftest import REPO, run_cli
 
 EXAMPLE = REPO / "inventory" / "example"
@@ -123,9 +125,9 @@ def test_incident_is_rejected_with_numbers_and_computed_ways_out():
     result = run_cli("plan", str(INCIDENT))
     assert result.returncode == 2
     assert "DOES NOT FIT" in result.stdout
-    # The seq_len the message offers is the estimator's, for the room shrinking leaves.
+    # The seq_len the message offers is the estimator's, for the room shrinking leaves (one sequence + 25%).
     room = plan.memory_total_bytes - plan.term_bytes - plan.os_reserve_bytes - (
-        serving.weights_bytes + serving.min_kv_bytes + serving.overhead_bytes)
+        serving.weights_bytes + math.ceil(serving.min_kv_bytes * SHARED_KV_MARGIN) + serving.overhead_bytes)
     shorter = largest_seq_len(training_spec(load_inventory(INCIDENT, check_roles=False).hosts[0].config.budget.training),
                               room - plan.training.cpu_overhead_bytes)
     assert 8192 < shorter < 16384
@@ -219,3 +221,14 @@ def test_served_model_settings_are_documented_in_planner_docs():
     text = (REPO / "docs" / "planner.md").read_text()
     for row in _rows(ServedModel, "vllm.models.<name>."):
         assert row in text, f"docs/planner.md lacks (regenerate the table):\n{row}"
+
+
+def test_default_shrunk_kv_keeps_a_margin_over_one_sequence():
+    """vLLM refuses a KV cache below one max_model_len sequence and rounds to blocks: exactly one fails."""
+    from sparkguard.planner import default_shared_kv
+
+    one = 2 * GIB
+    assert default_shared_kv(one, 16 * GIB) == int(2.5 * GIB)
+    assert default_shared_kv(one, int(2.2 * GIB)) == int(2.2 * GIB)      # never above the full-size KV
+    spark = plans(EXAMPLE)["spark-01"].serving[0]
+    assert spark.shared_kv_cache_memory_bytes > spark.min_kv_bytes
