@@ -9,6 +9,7 @@ from pathlib import Path
 from sparkguard.errors import Problem
 from sparkguard.planner import plan_host
 
+from .images import ARM64_MACHINES, default_image, missing_image_reason
 from .options import option_problem
 from .state import read_token
 
@@ -35,9 +36,12 @@ def problems(config) -> Iterator[Problem]:
             if reason:
                 yield Problem("", f"{base}.options.{key}", value, reason)
     if settings.runtime == "docker":
-        image = settings.image
-        tag = image.rsplit("/", 1)[-1]
-        if "@sha256:" not in image and (":" not in tag or tag.endswith(":latest")):
+        profile = config.node.device_profile
+        image = settings.image or default_image(profile)
+        tag = (image or "").rsplit("/", 1)[-1]
+        if image is None:
+            yield Problem("", "vllm.image", None, missing_image_reason(f"device profile {profile}"))
+        elif "@sha256:" not in image and (":" not in tag or tag.endswith(":latest")):
             yield Problem("", "vllm.image", image, "pin a tag or digest (not `latest`): a pull must not change"
                                                    " the server under a running budget")
     elif not settings.native_binary.startswith("/"):
@@ -53,8 +57,12 @@ def problems(config) -> Iterator[Problem]:
 
 
 def preflight(config, info) -> Iterator[Problem]:
-    """On apply only: the token must be readable on the operator's machine, and safe for an env file."""
+    """On apply only: an image that runs on the node's architecture; a readable, env-file-safe token."""
     settings = config.vllm
+    if (settings.models and settings.runtime == "docker" and settings.image is None
+            and info.arch in ARM64_MACHINES):
+        yield Problem("", "vllm.image", None, missing_image_reason(f"this {info.arch} node (device profile "
+                                                                   f"{config.node.device_profile})"))
     if not settings.models or not (settings.hf_token_env or settings.hf_token_file):
         return
     source = (f"environment variable {settings.hf_token_env}" if settings.hf_token_env

@@ -78,10 +78,12 @@ class VllmSettings(Settings):
         "docker",
         "docker = run `image` with docker (NVIDIA container runtime); native = run `native_binary` directly"
         " (a venv's vllm).")
-    image: str = setting(
-        f"vllm/vllm-openai:v{VLLM_VERSION}",
-        "Pinned container image (runtime docker). On DGX Spark NVIDIA's nvcr.io/nvidia/vllm images are"
-        " built for GB10; pin a tag, never `latest`.", min_length=1)
+    image: str | None = setting(
+        None,
+        "Pinned container image (runtime docker). Default by device profile: vllm/vllm-openai:v<pinned vLLM>"
+        " on amd64 profiles; required on dgx-spark, gh200 and jetson (aarch64: the Docker Hub image of the"
+        " pinned release is amd64-only), e.g. NVIDIA's nvcr.io/nvidia/vllm:25.11-py3 built for GB10. Pin a"
+        " tag or digest, never `latest` (roles/vllm/images.py).", min_length=1)
     native_binary: str = setting(
         "/opt/vllm/bin/vllm", "Absolute path of the `vllm` executable (runtime native).", min_length=1)
     listen: str = setting(

@@ -14,6 +14,7 @@ from sparkguard.state import DesiredState, Directory, Ensure, ManagedFile, Servi
 from sparkguard.templating import render_template
 
 from .options import VLLM_VERSION
+from .images import DOCKER_HUB_IMAGE, default_image
 from .settings import ServedModel, VllmSettings
 
 VLLM_CONFIG_DIR = f"{CONFIG_DIR}/vllm"
@@ -132,7 +133,9 @@ def desired_state(ctx: RoleContext) -> DesiredState:
     service_unit = unit_path(SERVICE_TEMPLATE)
     files = [
         ManagedFile(service_unit, render_template(
-            "vllm/vllm@.service.j2", runtime=settings.runtime, image=settings.image,
+            "vllm/vllm@.service.j2", runtime=settings.runtime,
+            image=settings.image or default_image(ctx.node.device_class) or DOCKER_HUB_IMAGE,
+            drop_caches=ctx.node.unified_memory is True,
             native_binary=settings.native_binary, hf_cache_dir=settings.hf_cache_dir,
             oom_score_adj=settings.oom_score_adj, **common),
             validate=VERIFY_UNIT % (("sparkguard-vllm@check.service",) * 2)),
