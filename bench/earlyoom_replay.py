@@ -76,6 +76,7 @@ def main() -> None:
         handle = SandboxHandle(state, inventory, sandbox.Sandbox.load(state).nodes)
         print(f"{'variant':10} {'launch path':30} {'adj':>5} {'first victim(s)':22} {'reaction median/max':>20} "
               f"{'below line':>11} {'bystanders':>10}")
+        print("(reaction 0 ms = the signal came before the trainer's next 50 ms sample below the line)")
         try:
             for variant in args.variants:
                 for launch in args.launches:

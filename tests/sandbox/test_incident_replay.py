@@ -44,7 +44,8 @@ def print_matrix() -> None:
     if not MATRIX:
         return
     print("\nincident replay matrix (earlyoom 1.7; bystanders: vLLM stand-in adj 300 with the larger RSS, "
-          "python3 notebook, open SSH session):", file=sys.__stderr__)
+          "python3 notebook, open SSH session; reaction 0 ms = within the trainer's 50 ms sampling):",
+          file=sys.__stderr__)
     print(f"  {'launch path':30} {'trainer adj':>11} {'first victim':>13} {'reaction':>9} {'bystanders':>10}",
           file=sys.__stderr__)
     for r in MATRIX:

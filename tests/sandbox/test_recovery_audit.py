@@ -120,3 +120,41 @@ def test_audit_names_drift(node, inventory):
     assert run_deploy(load_inventory(inventory), site_deploy).ok
     rc, report = audit(inventory)
     assert rc == 0, failing(report)
+
+
+RANKING = "earlyoom: GPU memory in the victim ranking"
+RANKING_METRICS = "/var/lib/prometheus/node-exporter/sparkguard_gpu_ranking.prom"
+
+
+def test_gpu_ranking_agent_state_is_audited_and_exported(node, inventory):
+    """No nvidia-smi: green and said. A failing nvidia-smi or a stopped agent: red, and the metric says so."""
+    import time
+
+    assert run_deploy(load_inventory(inventory), site_deploy).ok
+    rc, report = audit(inventory)
+    assert rc == 0, failing(report)
+    assert "no nvidia-smi" in checks(report)[RANKING]["actual"]
+    try:
+        # A driver that does not answer: the agent stays up, reports the error, earlyoom's names still decide.
+        node.ssh("node-1", "printf '#!/bin/sh\\necho \"NVIDIA-SMI has failed because it could not communicate with "
+                           "the NVIDIA driver\" >&2\\nexit 9\\n' > /usr/local/bin/nvidia-smi && "
+                           "chmod 755 /usr/local/bin/nvidia-smi")
+        time.sleep(5)
+        rc, report = audit(inventory)
+        row = checks(report)[RANKING]
+        assert rc == 1 and not row["ok"] and "nvidia-smi exited 9" in row["actual"], row
+        metrics = node.ssh("node-1", f"cat {RANKING_METRICS}")[1]
+        assert "sparkguard_gpu_ranking_up 0" in metrics and "sparkguard_gpu_ranking_nvidia_smi 1" in metrics
+        assert node.ssh("node-1", "systemctl is-active sparkguard-gpu-ranking")[1].strip() == "active"
+    finally:
+        node.ssh("node-1", "rm -f /usr/local/bin/nvidia-smi")
+    # A stopped agent leaves a stale status: red.
+    node.ssh("node-1", "systemctl stop sparkguard-gpu-ranking")
+    node.ssh("node-1", "python3 -c \"import json; p='/run/sparkguard/gpu-ranking.json'; d=json.load(open(p)); "
+                       "d['time'] -= 600; json.dump(d, open(p, 'w'))\"")
+    rc, report = audit(inventory)
+    assert rc == 1 and "old" in checks(report)[RANKING]["actual"]
+    assert run_deploy(load_inventory(inventory), site_deploy).ok
+    time.sleep(3)
+    rc, report = audit(inventory)
+    assert rc == 0, failing(report)

@@ -197,6 +197,33 @@ def test_stop_policy_stops_serving_for_the_length_of_training(node):
     assert sh(node, f"systemctl is-active {UNIT}") == "active"
 
 
+PREFLIGHT = ("avail=$(awk '/^MemAvailable:/ {print $2}' /proc/meminfo); "
+             # 0.75 GiB more than is available now: only what the shrink frees (1.5 GiB of KV) makes it fit.
+             "peak=$(python3 -c \"print(($avail * 1024 + 0.75 * 2**30) / 2**30)\"); "
+             "sparkguard-train --peak-gib $peak --name preflight -- true")
+
+
+def test_preflight_counts_what_entering_training_mode_frees(node, tmp_path):
+    """The planner's budget says alpha shrinks from 2 to 0.5 GiB of KV: the launcher's preflight counts it."""
+    inventory = node.inventory_with(tmp_path / "preflight",
+                                    settings("shrink").replace("swap: {enabled: false}", "swap: {enabled: true}"))
+    result = apply(inventory)
+    assert result.ok, result.as_dict()
+    wait_for(lambda: standin(node), what="the full-size server")
+    rc, _, err = node.ssh(NODE, PREFLIGHT)
+    assert rc == 0, err
+    assert "that training mode frees (alpha 1.5 GiB)" in err
+    assert sh(node, f"systemctl is-active {TARGET} || true") == "inactive"
+    # Already in training mode (the server is shrunk): nothing more to free, the same job is refused.
+    sh(node, f"systemctl start {TARGET}")
+    try:
+        rc, _, err = node.ssh(NODE, PREFLIGHT)
+        assert rc == 75 and "refused" in err and "training mode frees" not in err, err
+    finally:
+        sh(node, f"systemctl stop {TARGET}")
+    assert apply(node.shrink).ok
+
+
 def test_removed_instances_and_policies_leave_nothing_behind(node, tmp_path):
     """Delete a model: its server stops and its files go. Policy `keep`: no drop-in stops serving any more."""
     both = node.inventory_with(tmp_path / "both", settings("stop", (ALPHA, BETA)))
