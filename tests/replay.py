@@ -41,6 +41,7 @@ VLLM_UNIT = "sg-replay-vllm"               # the vLLM engine stand-in
 HOG_REPORT = "/tmp/sg-replay-hog.jsonl"    # /tmp: the sudo path's trainer runs as ops
 SSH_SESSION_END = "/run/sg-replay-end"
 NVIDIA_SMI = "/usr/local/bin/nvidia-smi"
+DOCKER = "/usr/local/bin/docker"             # tools/fake-docker: docker's PID-1 signal semantics
 # STAND-IN for nvidia-smi (no GPU here): each process's hugetlb memory, the replay's "driver
 # memory", reported as its GPU memory in the format of
 # `nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits` (MiB).
@@ -106,6 +107,7 @@ class Launch:
     host_cgroup: bool = False        # placed by the host into a small memory cgroup before it allocates
     marked: bool = False             # oom_score_adj 1000 from sparkguard; else found by its GPU memory
     record: bool = False             # sparkguard-train writes a record that must say killed_by_earlyoom
+    docker: bool = False             # in a container (tools/fake-docker): its own PID namespace
 
 
 LAUNCHES = {
@@ -113,6 +115,8 @@ LAUNCHES = {
         Launch("sparkguard-train", "sparkguard-train --name replay -- {hog}", marked=True, record=True),
         Launch("sudo sparkguard-train (ops)", "runuser -u ops -- sudo -n sparkguard-train --name replay -- {hog}",
                marked=True, record=True),
+        Launch("sparkguard-train --docker", "sparkguard-train --name replay --docker -- docker run --gpus all img {hog}",
+               marked=True, record=True, docker=True),
         Launch("sparkguard-oom-first", "sparkguard-oom-first -- {hog}", marked=True),
         Launch("python3 in a --memory cgroup", "{hog}", host_cgroup=True),
         Launch("llama-server", "{hog}", comm="llama-server"),
@@ -271,10 +275,14 @@ def install_tools(handle, node: str) -> None:
     target = root / NVIDIA_SMI.lstrip("/")
     target.write_text(FAKE_NVIDIA_SMI)
     target.chmod(0o755)
+    target = root / DOCKER.lstrip("/")
+    target.write_text((REPO / "tools" / "fake-docker").read_text())
+    target.chmod(0o755)
 
 
 def remove_tools(handle, node: str) -> None:
-    (Path(handle.node(node).rootfs) / NVIDIA_SMI.lstrip("/")).unlink(missing_ok=True)
+    for path in (NVIDIA_SMI, DOCKER):
+        (Path(handle.node(node).rootfs) / path.lstrip("/")).unlink(missing_ok=True)
 
 
 def _kills_total(counter: str) -> int:
@@ -317,7 +325,8 @@ def run_cell(handle, node: str, plan: ReplayPlan, launch: Launch, timeout_s: flo
     ssh = lambda cmd: handle.ssh(node, cmd)  # noqa: E731 - every call is a NEW SSH login
     cleanup = (f"systemctl stop {HOG_UNIT} {BYSTANDER_UNIT} {VLLM_UNIT} 'sparkguard-job-replay-*' 2>/dev/null; "
                f"systemctl reset-failed {HOG_UNIT} {BYSTANDER_UNIT} {VLLM_UNIT} 2>/dev/null; "
-               f"rm -f {HOG_REPORT} {GO_FIFO} {HOG_PIDFILE}; touch {SSH_SESSION_END}; true")
+               f"rm -f {HOG_REPORT} {GO_FIFO} {HOG_PIDFILE}; touch {SSH_SESSION_END}; "
+               f"for c in $(ls /run/fake-docker 2>/dev/null); do docker rm -f $c; done; true")
     ssh(cleanup)
     limit = 256 * MIB
     serving_adj = VllmSettings().oom_score_adj
@@ -357,7 +366,7 @@ def run_cell(handle, node: str, plan: ReplayPlan, launch: Launch, timeout_s: flo
                     adj = lines[1].strip()
                 elif len(lines) > 1:
                     try:
-                        hog_pid = json.loads(lines[1])["pid"]
+                        hog_pid = _node_pid(ssh, json.loads(lines[1])["pid"], launch.comm)
                     except (ValueError, KeyError):
                         pass
                 if lines[:1] and lines[0] not in ("active", "activating"):
@@ -396,7 +405,7 @@ def run_cell(handle, node: str, plan: ReplayPlan, launch: Launch, timeout_s: flo
                 kill_counter=counter,
                 earlyoom_log=log,
                 first_victim_pid=_first_victim(log),
-                hog_pid=events[0]["pid"] if events else None,
+                hog_pid=hog_pid,
                 hog_adj=adj,
                 record=record,
             )
@@ -404,6 +413,14 @@ def run_cell(handle, node: str, plan: ReplayPlan, launch: Launch, timeout_s: flo
             if session is not None:
                 session.survived(handle, node)
             ssh(cleanup)
+
+
+def _node_pid(ssh, reported: int, comm: str) -> int | None:
+    """The trainer's PID as the node (and earlyoom) sees it: in a container it reported its namespace's PID."""
+    _, out, _ = ssh(f"for s in $(grep -l '^NSpid:.*[[:space:]]{reported}$' /proc/[0-9]*/status 2>/dev/null); do "
+                    f"d=${{s%/status}}; [ \"$(cat $d/comm)\" = {comm} ] && echo ${{d#/proc/}}; done")
+    found = out.split()
+    return int(found[0]) if len(found) == 1 else None
 
 
 def run_replay(handle, node: str, plan: ReplayPlan, timeout_s: float = 120, oom_first: bool = True) -> ReplayResult:
