@@ -110,8 +110,9 @@ def classify_device(gpu_name: str, dt_model: str, cpu_model: str, rocm_gfx: str)
 
 
 def parse_earlyoom_version(text: str) -> tuple[int, ...] | None:
-    """``earlyoom -v`` prints ``earlyoom v1.7``; apt's candidate looks like ``1.8.2-1`` or ``(none)``."""
-    match = re.search(r"(?:^|\bv|\s)(\d+)\.(\d+)(?:\.(\d+))?", text)
+    """``earlyoom -v`` prints ``earlyoom v1.7``; apt's candidate looks like ``1.8.2-1``, ``1:1.8.2-1`` (an
+    epoch), ``1.7-2build1`` or ``1.9.0-1ubuntu1`` (Ubuntu), or ``(none)``. None when there is no version."""
+    match = re.search(r"(?:^|\bv|\s|^\d+:)(\d+)\.(\d+)(?:\.(\d+))?", text)
     if not match or "not found" in text:
         return None
     return tuple(int(part) for part in match.groups() if part is not None)

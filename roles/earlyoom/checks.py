@@ -39,9 +39,29 @@ def problems(config) -> Iterator[Problem]:
 FIRST_ANON_RELATIVE = (1, 8)
 
 
+def _unreadable_version(info) -> tuple[str, str] | None:
+    """A version string the node printed that does not parse: (where it came from, the string), else None."""
+    installed = info.raw.get("earlyoom_version", "").strip()
+    candidate = info.raw.get("earlyoom_candidate", "").strip()
+    if installed and "not found" not in installed and info.earlyoom_version is None:
+        return "installed earlyoom (earlyoom -v)", installed[:80]
+    if not info.earlyoom_version and candidate not in ("", "(none)") and info.earlyoom_candidate is None:
+        return "version apt would install (apt-cache policy)", candidate[:80]
+    return None
+
+
 def preflight(config, info) -> Iterator[Problem]:
     """Refuse an earlyoom whose percentages ignore driver memory, unless the operator accepted it."""
     settings = config.earlyoom
+    unreadable = _unreadable_version(info)
+    if unreadable and settings.newer_version == "refuse":
+        what, text = unreadable
+        yield Problem("", "earlyoom", text,
+                      f"cannot read earlyoom's version from the {what}: refused rather than guessed, because from 1.8 "
+                      f"on earlyoom's lines ignore driver memory (docs/earlyoom-measurements.md). Report the string;"
+                      f" meanwhile set earlyoom.newer_version: accept-anon-relative to install it anyway, or"
+                      f" earlyoom.enabled: false")
+        return
     version = info.earlyoom_effective_version
     if version is None or version < FIRST_ANON_RELATIVE or settings.newer_version != "refuse":
         return

@@ -52,8 +52,10 @@ class SysctlSettings(Settings):
 
     enabled: bool = setting(True, "Write /etc/sysctl.d/60-sparkguard-recovery.conf (validated) and apply it.")
     sysrq: int | None = setting(
-        176, "kernel.sysrq bitmask for the keyboard/serial console (BMC): 16 sync + 32 remount read-only +"
-        " 128 reboot = 176. 1 = everything; add 64 to allow signalling (incl. 'f', the OOM kill). null = not"
+        240, "kernel.sysrq bitmask for the keyboard/serial console (BMC): 16 sync + 32 remount read-only +"
+        " 64 signalling (incl. 'f': one kernel OOM kill, which picks the training job first, the last resort"
+        " before a power cycle when a node thrashes and SSH no longer answers) + 128 reboot = 240."
+        " 1 = everything (adds debug dumps, nice-all and keyboard control). null = not"
         " managed (a kernel built without CONFIG_MAGIC_SYSRQ has no kernel.sysrq; the validator refuses it).",
         ge=0, le=511)
     panic_reboot_s: int = setting(

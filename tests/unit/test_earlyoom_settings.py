@@ -35,3 +35,37 @@ def test_bad_earlyoom_settings_exit_2(inventory_dir, earlyoom, field, value):
 def test_good_earlyoom_settings(inventory_dir):
     text = BASE.format(earlyoom="{term_percent: 10, kill_percent: 5, prefer_extra: [my_trainer]}")
     assert run_cli("validate", str(inventory_dir(text))).returncode == 0
+
+
+def _preflight(inventory_dir, raw: dict, newer: str = "refuse"):
+    from roles.earlyoom.checks import preflight
+    from sparkguard.facts import parse_probe
+    from sparkguard.inventory import load_inventory
+
+    path = inventory_dir(f"""\
+        all:
+          hosts:
+            h: {{ssh_host: 192.0.2.1, earlyoom: {{newer_version: {newer}}}}}
+        """)
+    probe = "memtotal_kb=1000000\n" + "".join(f"{k}={v}\n" for k, v in raw.items())
+    return list(preflight(load_inventory(path).host("h").config, parse_probe(probe)))
+
+
+@pytest.mark.parametrize("raw,refused", [
+    ({"earlyoom_version": "earlyoom v1.7"}, False),
+    ({"earlyoom_version": "sh: 1: earlyoom: not found", "earlyoom_candidate": "1.7-2build1"}, False),
+    ({"earlyoom_version": "sh: 1: earlyoom: not found", "earlyoom_candidate": "1:1.8.2-1"}, True),   # was open
+    ({"earlyoom_version": "", "earlyoom_candidate": "1.9.0-1ubuntu1"}, True),
+    ({"earlyoom_version": "earlyoom (devel)"}, True),                     # unreadable: fail closed
+    ({"earlyoom_version": "", "earlyoom_candidate": "weird~version"}, True),
+    ({"earlyoom_version": "", "earlyoom_candidate": "(none)"}, False),
+])
+def test_version_table_fails_closed(inventory_dir, raw, refused):
+    problems = _preflight(inventory_dir, raw)
+    assert bool(problems) is refused, problems
+    if raw.get("earlyoom_version") == "earlyoom (devel)":
+        assert "cannot read earlyoom's version" in problems[0].allowed and problems[0].value == "earlyoom (devel)"
+
+
+def test_unreadable_version_can_be_accepted_knowingly(inventory_dir):
+    assert _preflight(inventory_dir, {"earlyoom_version": "earlyoom (devel)"}, "accept-anon-relative") == []

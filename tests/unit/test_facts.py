@@ -60,6 +60,12 @@ def test_parse_probe_spark():
     ("earlyoom v1.8.2", (1, 8, 2)),
     ("sh: 1: earlyoom: not found", None),
     ("", None),
+    ("(none)", None),
+    ("1:1.8.2-1", (1, 8, 2)),            # an epoch
+    ("1.7-2build1", (1, 7)),             # Ubuntu rebuild
+    ("1.9.0-1ubuntu1", (1, 9, 0)),       # Ubuntu delta
+    ("2:1.10-1", (1, 10)),
+    ("earlyoom (devel)", None),
 ])
 def test_earlyoom_version(text, expected):
     assert parse_earlyoom_version(text) == expected

@@ -26,7 +26,7 @@ def test_defaults_install_every_piece(inventory_dir):
     assert "RuntimeWatchdogSec=60s" in watchdog and "RebootWatchdogSec=600s" in watchdog
     journald = state.file(rs.JOURNALD_CONF).content
     assert "Storage=persistent" in journald and "SystemMaxUse=2048M" in journald
-    assert state.sysctls == {"kernel.sysrq": "176"}  # panics are opt-in
+    assert state.sysctls == {"kernel.sysrq": "240"}  # panics are opt-in
     assert state.file(rs.SYSCTL_FILE).validate.startswith("/usr/local/lib/sparkguard/sysctl-check")
     # journald restarts only when its drop-in changed
     journald_service = next(s for s in state.services if s.name == "systemd-journald.service")

@@ -13,7 +13,7 @@ from tests.vm.watchdog import stall_and_wait_for_reboot, watchdog_state
 
 pytestmark = pytest.mark.vm
 KEEP = {"base", "earlyoom", "swap", "recovery"}
-RECOVERY = "    recovery: {sysctl: {sysrq: 176, panic_reboot_s: 10, panic_on_oops: true}}\n"
+RECOVERY = "    recovery: {sysctl: {sysrq: 240, panic_reboot_s: 10, panic_on_oops: true}}\n"
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +31,7 @@ def test_journal_sysctls_and_watchdog_hold_after_reboot(vm_node, recovered):
     vm_node.reboot()
     assert token in vm_node.check("journalctl -b -1 -t sparkguard-test -o cat")
     values = vm_node.check("sysctl -n kernel.sysrq kernel.panic kernel.panic_on_oops vm.swappiness").split()
-    assert values == ["176", "10", "1", "10"]
+    assert values == ["240", "10", "1", "10"]
     assert watchdog_state(vm_node) == ["1min", "1", "1", "dev"]
     assert "sparkguard_previous_boot_unclean 0" in vm_node.check(f"cat {BOOT_TEXTFILE}")
 
