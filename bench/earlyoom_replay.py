@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import statistics
 import sys
 from pathlib import Path
@@ -71,6 +72,9 @@ def main() -> None:
                         choices=["sparkguard", "no-agent", "stock"])
     parser.add_argument("--launches", nargs="+", default=list(LAUNCHES), choices=list(LAUNCHES))
     args = parser.parse_args()
+    # SIGTERM (Ctrl-C's cousin from a CI timeout) must still run the cleanups: the host's
+    # nr_overcommit_hugepages is restored and the node torn down only by unwinding.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     os.environ["SPARKGUARD_LAB_THRESHOLDS"] = "1"
     with booted_nodes(1, "127.0.89") as (state, inventory):
         handle = SandboxHandle(state, inventory, sandbox.Sandbox.load(state).nodes)
