@@ -39,7 +39,7 @@ def test_earlyoom_runs_with_unified_memory_lines_and_second_apply_is_clean(sandb
         assert out.split() == ["active"] * 2 + ["enabled"] * 2, out
         args = cmdline(sandbox_nodes, node)
         assert args[1:7] == ["-m", "8,4", "-s", "100,100", "-r", "60"]
-        assert args[args.index("--prefer") + 1].startswith("^(pt_main_thread|")
+        assert args[args.index("--prefer") + 1].startswith("^(pt_elastic|")
         assert "-N" in args
         rc, out, _ = sandbox_nodes.ssh(node, "cat /var/lib/prometheus/node-exporter/sparkguard_earlyoom.prom")
         assert "sparkguard_earlyoom_kills_all_total 0" in out

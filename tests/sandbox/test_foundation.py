@@ -44,7 +44,10 @@ def test_node_state_is_byte_identical_to_render(sandbox_nodes, tmp_path):
         assert rc == 0
         content, _, meta = out.partition("\n}\n")
         assert content + "\n}\n" == rendered
-        assert meta.splitlines() == ["644 root root", "755 root root", "node.json"]
+        # Nothing in /etc/sparkguard but what the render has (node.json, the ranking agent's config, ...).
+        managed = sorted(p.name for p in (tmp_path / node / "etc/sparkguard").iterdir())
+        assert "node.json" in managed
+        assert meta.splitlines() == ["644 root root", "755 root root", *managed]
 
 
 def test_plain_pyinfra_cli_applies_site(sandbox_nodes):
