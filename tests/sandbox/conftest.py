@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shutil
 import textwrap
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -131,3 +132,15 @@ def trixie_node(tmp_path_factory):
     """One trixie node (earlyoom 1.8.2)."""
     with booted_sandbox(tmp_path_factory, "trixie", "127.0.78", 1) as handle:
         yield handle
+
+
+def wait_for(predicate, timeout: float = 20.0, what: str = ""):
+    """Poll until ``predicate()`` is truthy and return it; fail naming ``what`` after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.3)

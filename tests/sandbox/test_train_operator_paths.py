@@ -24,6 +24,7 @@ from sparkguard.converge import site_deploy
 from sparkguard.inventory import load_inventory
 from sparkguard.runner import run_deploy
 from tests.replay import REPO
+from tests.sandbox.conftest import wait_for
 
 NODE = "node-1"
 TARGET = "sparkguard-training.target"
@@ -51,17 +52,6 @@ def sh(handle, command: str, user: str = "root") -> str:
     rc, out, err = handle.ssh(NODE, command, user=user)
     assert rc == 0, (command, out, err)
     return out.strip()
-
-
-def wait_for(predicate, timeout: float = 30.0, what: str = ""):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.3)
 
 
 def last_run(handle) -> dict:

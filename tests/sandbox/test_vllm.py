@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 
 import pytest
 
@@ -22,7 +21,7 @@ from sparkguard.converge import site_deploy
 from sparkguard.inventory import load_inventory
 from sparkguard.runner import run_deploy
 from sparkguard.victim_order import SERVING_ADJ
-from tests.sandbox.conftest import booted_sandbox
+from tests.sandbox.conftest import booted_sandbox, wait_for
 
 NODE = "node-1"
 TOKEN_ENV = "SPARKGUARD_TEST_HF_TOKEN"
@@ -102,17 +101,6 @@ def sh(node, command: str) -> str:
     rc, out, err = node.ssh(NODE, command)
     assert rc == 0, (command, out, err)
     return out.strip()
-
-
-def wait_for(predicate, timeout: float = 20.0, what: str = ""):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.3)
 
 
 def standin(node) -> dict | None:
