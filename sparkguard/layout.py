@@ -20,6 +20,10 @@ def dropin_path(unit: str, name: str = "50-sparkguard.conf") -> str:
 # Training mode: started by sparkguard-train (role swap), followed by serving (role vllm).
 TRAINING_TARGET = "sparkguard-training.target"
 SWAPOFF_SERVICE = "sparkguard-swapoff.service"
+# Units whose processes are training (sparkguard-train's jobs, role swap) and serving (role vllm);
+# the GPU ranking agent (role earlyoom) classifies processes by them.
+TRAINING_JOB_PREFIX = "sparkguard-job-"
+SERVING_UNIT_PREFIX = "sparkguard-vllm@"
 SYSCTL_CHECK = f"{LIB_DIR}/sysctl-check"
 # The node's memory budget (role budget), read by sparkguard-train's preflight (role swap).
 BUDGET_JSON = f"{CONFIG_DIR}/budget.json"

@@ -7,7 +7,8 @@ import shlex
 from pathlib import Path
 
 from sparkguard import victim_order
-from sparkguard.layout import BIN_DIR, CONFIG_DIR, LIB_DIR, STATE_DIR, TEXTFILE_DIR, dropin_path, unit_path
+from sparkguard.layout import (BIN_DIR, CONFIG_DIR, LIB_DIR, SERVING_UNIT_PREFIX, STATE_DIR, TEXTFILE_DIR,
+                               TRAINING_JOB_PREFIX, dropin_path, unit_path)
 from sparkguard.role import RoleContext
 from sparkguard.state import DesiredState, Directory, ManagedFile, Service
 from sparkguard.templating import render_template
@@ -32,9 +33,6 @@ RANKING_CONFIG = f"{CONFIG_DIR}/gpu-ranking.json"
 RANKING_UNIT = "sparkguard-gpu-ranking.service"
 RANKING_STATUS = "/run/sparkguard/gpu-ranking.json"
 RANKING_TEXTFILE = f"{TEXTFILE_DIR}/sparkguard_gpu_ranking.prom"
-# Units whose processes are training (sparkguard-train's jobs) and serving (role vllm's instances).
-TRAINING_UNIT_PREFIX = "sparkguard-job-"
-SERVING_UNIT_PREFIX = "sparkguard-vllm@"
 
 
 def threshold_args(settings: EarlyoomSettings, memory_total_bytes: int | None) -> list[str]:
@@ -72,7 +70,7 @@ def ranking_config(settings: EarlyoomSettings, serving_adj: int) -> str:
         "holder_span": victim_order.HOLDER_SPAN,
         "avoid_regex": avoid_regex(settings.avoid_extra),
         "serving_regex": serving_regex(),
-        "training_unit": TRAINING_UNIT_PREFIX,
+        "training_unit": TRAINING_JOB_PREFIX,
         "serving_unit": SERVING_UNIT_PREFIX,
         "status_file": RANKING_STATUS,
         "textfile": RANKING_TEXTFILE,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from sparkguard.layout import (BIN_DIR, BUDGET_JSON, LIB_DIR, NODE_JSON, STATE_DIR, SWAPOFF_SERVICE, SYSCTL_CHECK,
-                               TRAINING_TARGET, VLLM_MODE_DIR, unit_path)
+                               TRAINING_JOB_PREFIX, TRAINING_TARGET, VLLM_MODE_DIR, unit_path)
 from sparkguard.role import RoleContext
 from sparkguard.state import DesiredState, Directory, Ensure, FileEdit, ManagedFile, Service
 from sparkguard.templating import render_template
@@ -29,7 +29,7 @@ def desired_state(ctx: RoleContext) -> DesiredState:
              "record": RECORD, "timeout_s": settings.swapoff_timeout_s, "reserve_percent": int(reserve),
              "node_json": NODE_JSON, "runs_dir": RUNS_DIR, "term_percent": f"{earlyoom.term_percent:g}",
              # Explicit inputs from roles budget and vllm: what entering training mode frees.
-             "budget_json": BUDGET_JSON, "vllm_mode_dir": VLLM_MODE_DIR}
+             "budget_json": BUDGET_JSON, "vllm_mode_dir": VLLM_MODE_DIR, "job_prefix": TRAINING_JOB_PREFIX}
     off = settings.mode == "off"
     files = (
         ManagedFile(TOGGLE, render_template("swap/swap-toggle.sh.j2", **names), mode="0755", validate="sh -n {path}"),

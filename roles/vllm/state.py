@@ -7,7 +7,8 @@ from pathlib import Path
 
 import yaml
 
-from sparkguard.layout import CONFIG_DIR, LIB_DIR, TRAINING_TARGET, UNIT_DIR, VLLM_MODE_DIR, dropin_path, unit_path
+from sparkguard.layout import (CONFIG_DIR, LIB_DIR, SERVING_UNIT_PREFIX, TRAINING_TARGET, UNIT_DIR, VLLM_MODE_DIR,
+                               dropin_path, unit_path)
 from sparkguard.planner import ServingPlan, fmt_gib, plan_host
 from sparkguard.role import RoleContext
 from sparkguard.state import DesiredState, Directory, Ensure, ManagedFile, Service
@@ -20,7 +21,7 @@ from .settings import ServedModel, VllmSettings
 VLLM_CONFIG_DIR = f"{CONFIG_DIR}/vllm"
 MODE_DIR = VLLM_MODE_DIR
 MODE_SCRIPT = f"{LIB_DIR}/vllm-mode"
-SERVICE_TEMPLATE = "sparkguard-vllm@.service"
+SERVICE_TEMPLATE = f"{SERVING_UNIT_PREFIX}.service"
 TRAINING_TEMPLATE = "sparkguard-vllm-training@.service"
 # Lower precedence than /etc/systemd/system: the swap role's target, when installed, wins.
 FALLBACK_TARGET = f"/usr/local/lib/systemd/system/{TRAINING_TARGET}"
