@@ -105,13 +105,15 @@ class AlertThresholds:
     psi_for: str = "2m"
     """How long the stall fraction must stay above ``psi_full_threshold``."""
 
-    # --- EarlyoomDown / EarlyoomKilledProcess ---
-    earlyoom_unit: str = "earlyoom.service"
-    """systemd unit whose ``node_systemd_unit_state{state="active"}`` must be 1 on every node."""
+    # --- EarlyoomDown / EarlyoomKilledProcess: the low-memory guard, earlyoom or nohang ---
+    # One metric contract for both guards (roles/earlyoom/guard.py): the alert names stay, the
+    # unit state is either guard's, and both guards' kills land in the same counters.
+    guard_units: str = "earlyoom.service|nohang.service"
+    """systemd units (an RE2 alternation) of which one must have ``node_systemd_unit_state{state="active"}`` 1."""
     earlyoom_down_for: str = "5m"
-    """How long earlyoom may be inactive (or its unit state missing) before EarlyoomDown fires."""
+    """How long the guard may be inactive (or its unit state missing) before EarlyoomDown fires."""
     earlyoom_kills_metric: str = "sparkguard_earlyoom_kills_total"
-    """Textfile counter incremented by the earlyoom hook on each kill (one series per victim)."""
+    """Textfile counter incremented by the guard's hook on each kill (one series per victim)."""
     earlyoom_kills_all_metric: str = "sparkguard_earlyoom_kills_all_total"
     """Counter of all kills on the node; it exists from 0, so increase() also sees a node's first kill."""
     earlyoom_victim_label: str = "victim"
@@ -176,7 +178,7 @@ class AlertThresholds:
                 problems.append(f"{field.name}: not a metric name: {value!r}")
         if not _LABEL_NAME.match(self.earlyoom_victim_label):
             problems.append(f"earlyoom_victim_label: not a label name: {self.earlyoom_victim_label!r}")
-        for name in ("node_job", "earlyoom_unit", "group_name"):
+        for name in ("node_job", "guard_units", "group_name"):
             value = getattr(self, name)
             if not value or any(c in value for c in '"\\\n{}'):
                 problems.append(f"{name}: empty or contains quotes, braces or backslashes: {value!r}")
@@ -212,7 +214,9 @@ def _rules(t: AlertThresholds) -> list[dict]:
     total = f"node_memory_MemTotal_bytes{{{job}}}"
     term, kill, crit, warn = (_pct(x) for x in (t.term_percent, t.kill_percent, t.critical_percent, t.warn_percent))
     lines = f"earlyoom SIGTERM at {term}%, SIGKILL at {kill}% of MemTotal"
-    unit_state = f'node_systemd_unit_state{{{job},name="{t.earlyoom_unit}",state="active"}}'
+    unit_state = f'node_systemd_unit_state{{{job},name=~"{t.guard_units}",state="active"}}'
+    units = " / ".join(t.guard_units.split("|"))
+    journal = " ".join(f"-u {u}" for u in t.guard_units.split("|"))
     kills = f"{t.earlyoom_kills_metric}{{{job}}}"
     return [
         {
@@ -305,12 +309,13 @@ def _rules(t: AlertThresholds) -> list[dict]:
             ),
             "for": t.earlyoom_down_for,
             "severity": "critical",
-            "summary": "{{ $labels.instance }}: earlyoom is not running",
+            "summary": "{{ $labels.instance }}: the low-memory guard (earlyoom or nohang) is not running",
             "description": (
-                f"{t.earlyoom_unit} is not active on {{{{ $labels.instance }}}} (or node_exporter's systemd "
-                f"collector does not report it). Without earlyoom nothing kills a runaway job before the "
-                f"kernel swaps and hangs. `systemctl status {t.earlyoom_unit}`, `journalctl -u {t.earlyoom_unit}` "
-                f"(earlyoom 1.7 exits with code 13 on --ignore / --sort-by-rss), then rerun sparkguard apply."
+                f"Neither {units} is active on {{{{ $labels.instance }}}} (or node_exporter's systemd "
+                f"collector does not report them; sparkguard_guard_info says which guard the node should run). "
+                f"Without its guard nothing kills a runaway job before the kernel swaps and hangs. "
+                f"`systemctl status {units.split(' / ')[0]}`, `journalctl {journal}` (earlyoom 1.7 exits with "
+                f"code 13 on --ignore / --sort-by-rss; nohang refuses an invalid config), then rerun sparkguard apply."
             ),
         },
         {
@@ -329,11 +334,12 @@ def _rules(t: AlertThresholds) -> list[dict]:
             ),
             "for": "",
             "severity": "warning",
-            "summary": f"{{{{ $labels.instance }}}}: earlyoom killed {{{{ $labels.{t.earlyoom_victim_label} }}}}",
+            "summary": f"{{{{ $labels.instance }}}}: the low-memory guard killed {{{{ $labels.{t.earlyoom_victim_label} }}}}",
             "description": (
-                f"earlyoom killed {{{{ $labels.{t.earlyoom_victim_label} }}}} on {{{{ $labels.instance }}}} in "
-                f"the last {t.earlyoom_kill_window} because MemAvailable fell to {term}% of MemTotal. The node "
-                f"survived; the job did not. `journalctl -u {t.earlyoom_unit}` names the pid. Fix the "
+                f"The low-memory guard (earlyoom or nohang) killed {{{{ $labels.{t.earlyoom_victim_label} }}}} on "
+                f"{{{{ $labels.instance }}}} in the last {t.earlyoom_kill_window} because MemAvailable fell to {term}% "
+                f"of MemTotal. The node survived; the job did not. `journalctl -t sparkguard-earlyoom {journal}` "
+                f"names the pid. Fix the "
                 f"configuration (sequence length, batch, gradient checkpointing, vLLM's share) before "
                 f"restarting the job, or it will happen again."
             ),

@@ -110,6 +110,24 @@ def _q(value: str) -> str:
     return shlex.quote(value)
 
 
+def ensure_key(state: DesiredState, index: int) -> str:
+    """Unique across the variants of one role's state (two variants may differ in their i-th check)."""
+    return f"{state.role}.{index}.{hashlib.sha256(state.ensures[index].check.encode()).hexdigest()[:10]}"
+
+
+def probe_states(entry: InventoryHost) -> list[DesiredState]:
+    """Every variant of the host's desired state the live node could select (Role.live_alternatives):
+    the probe reads them all in one round trip; ``evaluate`` then judges the variant the node is."""
+    from roles import ROLES
+
+    states = host_states(entry)
+    for role in ROLES:
+        if role.live_alternatives is not None and role.enabled(entry.config):
+            for live in role.live_alternatives(entry.config):
+                states += [s for s in host_states(entry, live=live) if s.role == role.name]
+    return states
+
+
 def build_probe(entry: InventoryHost, states: list[DesiredState]) -> str:
     """The one script run on the node. Read-only: it only reads files, /proc, /sys and systemd."""
     lines = [_PROBE.replace("\ntrue\n", "\n"), f"MANAGER={_q(MANAGER)}", _HELPERS]
@@ -126,11 +144,13 @@ def build_probe(entry: InventoryHost, states: list[DesiredState]) -> str:
         for index, edit in enumerate(state.edits):
             lines.append(f"ed {_q(f'{state.role}.{index}')} {_q(edit.path)}")
         for index, item in enumerate(state.ensures):
-            lines.append(f"ck {_q(f'{state.role}.{index}')} {_q(item.check)}")
+            lines.append(f"ck {_q(ensure_key(state, index))} {_q(item.check)}")
     roles = {s.role for s in states}
+    lines = list(dict.fromkeys(lines))  # variants of one role share most lines (probe_states)
     lines.append(r"""
 pid=$(systemctl show -p MainPID --value earlyoom.service 2>/dev/null)
 r earlyoom_active "$(systemctl is-active earlyoom.service 2>/dev/null)"
+r nohang_active "$(systemctl is-active nohang.service 2>/dev/null)"
 if [ -n "$pid" ] && [ "$pid" != 0 ]; then r earlyoom_cmdline "$(base64 -w0 < /proc/$pid/cmdline 2>/dev/null)"; fi
 lpid=$(systemctl show -p MainPID --value ssh.service 2>/dev/null)
 if [ -z "$lpid" ] || [ "$lpid" = 0 ]; then lpid=$(pgrep -o -x sshd 2>/dev/null); fi
@@ -323,35 +343,44 @@ def evaluate(entry: InventoryHost, states: list[DesiredState], probe: ProbeOutpu
             add(f"{state.role}: {edit.path}", ok, edit.description,
                 "absent (nothing to edit)" if current is None else ("as desired" if ok else "not yet edited"))
         for index, item in enumerate(state.ensures):
-            ok = probe.ensures.get(f"{state.role}.{index}", False)
+            ok = probe.ensures.get(ensure_key(state, index), False)
             add(f"{state.role}: {item.description}", ok, "holds", "holds" if ok else "does not hold")
 
-    # earlyoom: version, running, its command line, and whether its lines mean anything here.
+    # earlyoom: which guard, running, its command line, and whether its lines mean anything here.
     if "earlyoom" in roles:
-        from roles.earlyoom.checks import FIRST_ANON_RELATIVE
+        from roles.earlyoom.guard import FIRST_ANON_RELATIVE, choose_guard
         from roles.earlyoom.state import earlyoom_args
 
-        version = ".".join(map(str, info.earlyoom_version or ())) or "not installed"
-        active = rt.get("earlyoom_active", "")
-        add("earlyoom: running", active == "active", "active", f"{active or 'unknown'} (version {version})")
-        want = earlyoom_args(cfg.earlyoom, None)
-        raw = rt.get("earlyoom_cmdline", "")
-        running_args = base64.b64decode(raw).decode(errors="replace").split("\0")[1:] if raw else []
-        running_args = [a for a in running_args if a]
-        add("earlyoom: args of the running process", running_args == want, " ".join(want)[:120],
-            (" ".join(running_args) or "no earlyoom process")[:120] if running_args != want else "match")
-        newer = info.earlyoom_version is not None and info.earlyoom_version >= FIRST_ANON_RELATIVE
-        if not info.unified_memory:
-            add("earlyoom: thresholds hold on unified memory", True, "1.7 (MemAvailable/MemTotal)",
-                f"{version}; not a unified-memory node ({info.device_class})")
-        elif newer:
-            accepted = cfg.earlyoom.newer_version == "accept-anon-relative"
-            add("earlyoom: thresholds hold on unified memory", accepted, "1.7 (MemAvailable/MemTotal)",
-                f"{version}: percent of MemAvailable+AnonPages, blind to driver memory"
-                + (" (accepted by earlyoom.newer_version)" if accepted else ""))
+        choice = choose_guard(cfg.earlyoom, info)
+        running = [g for g in ("earlyoom", "nohang") if rt.get(f"{g}_active") == "active"]
+        add("earlyoom: one low-memory guard", running == [choice.guard], f"{choice.guard} only ({choice.reason})",
+            ", ".join(running) + " running" if running else "no guard running")
+        if choice.guard == "nohang":
+            version = ".".join(map(str, info.nohang_version or ())) or "not installed"
+            add("earlyoom: thresholds hold on unified memory", info.nohang_version is not None,
+                "nohang (MemAvailable against a line of MemTotal)", f"nohang {version}")
         else:
-            add("earlyoom: thresholds hold on unified memory", info.earlyoom_version is not None,
-                "1.7 (MemAvailable/MemTotal)", version)
+            version = ".".join(map(str, info.earlyoom_version or ())) or "not installed"
+            active = rt.get("earlyoom_active", "")
+            add("earlyoom: running", active == "active", "active", f"{active or 'unknown'} (version {version})")
+            want = earlyoom_args(cfg.earlyoom, None)
+            raw = rt.get("earlyoom_cmdline", "")
+            running_args = base64.b64decode(raw).decode(errors="replace").split("\0")[1:] if raw else []
+            running_args = [a for a in running_args if a]
+            add("earlyoom: args of the running process", running_args == want, " ".join(want)[:120],
+                (" ".join(running_args) or "no earlyoom process")[:120] if running_args != want else "match")
+            newer = info.earlyoom_version is not None and info.earlyoom_version >= FIRST_ANON_RELATIVE
+            if not info.unified_memory:
+                add("earlyoom: thresholds hold on unified memory", True, "1.7 (MemAvailable/MemTotal)",
+                    f"{version}; not a unified-memory node ({info.device_class})")
+            elif newer:
+                accepted = cfg.earlyoom.newer_version == "accept-anon-relative"
+                add("earlyoom: thresholds hold on unified memory", accepted, "1.7 (MemAvailable/MemTotal)",
+                    f"{version}: percent of MemAvailable+AnonPages, blind to driver memory"
+                    + (" (accepted by earlyoom.newer_version)" if accepted else ""))
+            else:
+                add("earlyoom: thresholds hold on unified memory", info.earlyoom_version is not None,
+                    "1.7 (MemAvailable/MemTotal)", version)
 
         if cfg.earlyoom.gpu_ranking:
             ok, actual = gpu_ranking_verdict(rt.get("gpu_ranking", ""), rt.get("clock", ""))
@@ -362,7 +391,7 @@ def evaluate(entry: InventoryHost, states: list[DesiredState], probe: ProbeOutpu
         active = ", ".join(f"{s.path} ({s.size_kib // 1024} MiB)" for s in info.swaps) or "none"
         mode = cfg.swap.mode
         training = rt.get("training_active") == "active"
-        holds = all(probe.ensures.get(f"swap.{i}", False) for i in range(len(roles["swap"].ensures)))
+        holds = all(probe.ensures.get(ensure_key(roles["swap"], i), False) for i in range(len(roles["swap"].ensures)))
         expected = {"off": "no swap, none at boot", "on": "fstab swap active",
                     "training-off": "distro swap; none while training"}[mode]
         add("swap: policy vs actual", holds, f"{mode}: {expected}",
@@ -461,8 +490,7 @@ def run_audit(inventory: Inventory, limit: list[str] | None = None, verbose: boo
     entries = [h for h in inventory.hosts if not limit or h.name in limit or set(h.groups) & set(limit)]
     if not entries:
         raise ConfigError([Problem("", "--limit", limit, "matches no host or group in the inventory")])
-    states = {e.name: host_states(e) for e in entries}
-    scripts = {e.name: build_probe(e, states[e.name]) for e in entries}
+    scripts = {e.name: build_probe(e, probe_states(e)) for e in entries}
     py_inventory = PyinfraInventory(([(h.name, h.pyinfra_data()) for h in entries], {}))
     state = State()
     state.init(py_inventory, Config(CONNECT_TIMEOUT=int(os.environ.get("SPARKGUARD_CONNECT_TIMEOUT", "10"))))
@@ -494,7 +522,7 @@ def run_audit(inventory: Inventory, limit: list[str] | None = None, verbose: boo
             parsed = parse_output(output or "")
             audit = results[name]
             audit.node, audit.seconds, audit.commands = parsed.info, seconds, COMMANDS_PER_HOST
-            audit.checks = evaluate(entry, states[name], parsed)
+            audit.checks = evaluate(entry, host_states(entry, live=parsed.info), parsed)
         for name, audit in results.items():
             if name in errors.errors:
                 explained = explain_connect_error(inventory.host(name), errors.errors[name])

@@ -66,12 +66,13 @@ def role_preflight(host_name: str, config, info: NodeInfo) -> list[Problem]:
     return problems
 
 
-def node_profile(config) -> NodeProfile:
-    """What roles may depend on: only declared values, so render == apply."""
+def node_profile(config, live: NodeInfo | None = None) -> NodeProfile:
+    """What roles may depend on: declared values, so render == apply; ``live`` only resolves an 'auto'."""
     declared = config.node.memory_total_gib
     return NodeProfile(
         memory_total_bytes=int(round(declared * 2**30)) if declared is not None else None,
         device_class=config.node.device_profile,
+        live=live,
     )
 
 
@@ -98,7 +99,7 @@ def current_context() -> RoleContext:
     problems = check_node(host.name, config, info) + role_preflight(host.name, config, info)
     if problems:
         raise PreflightError(problems)
-    return RoleContext(host=host.name, config=config, node=node_profile(config))
+    return RoleContext(host=host.name, config=config, node=node_profile(config, info))
 
 
 def _install_file(state: DesiredState, managed, known: dict) -> object:

@@ -25,6 +25,8 @@ echo "distro_codename=${VERSION_CODENAME:-}"
 echo "init=$(cat /proc/1/comm 2>/dev/null)"
 echo "earlyoom_version=$(earlyoom -v 2>&1 | head -n1)"
 echo "earlyoom_candidate=$(apt-cache policy earlyoom 2>/dev/null | awk '/Candidate:/{print $2}')"
+echo "nohang_version=$(dpkg-query -W -f '${Version}' nohang 2>/dev/null)"
+echo "nohang_candidate=$(apt-cache policy nohang 2>/dev/null | awk '/Candidate:/{print $2}')"
 echo "swaps=$(tail -n +2 /proc/swaps 2>/dev/null | awk '{printf "%s:%s:%s;", $1, $2, $3}')"
 echo "gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n1)"
 echo "dt_model=$(tr -d '\000' < /proc/device-tree/model 2>/dev/null)"
@@ -58,6 +60,8 @@ class NodeInfo:
     init: str = ""
     earlyoom_version: tuple[int, ...] | None = None
     earlyoom_candidate: tuple[int, ...] | None = None
+    # nohang: the low-memory guard where the distro's earlyoom is 1.8+ (installed, else apt's candidate).
+    nohang_version: tuple[int, ...] | None = None
     swaps: tuple[SwapDevice, ...] = ()
     device_class: str = "cpu-only"
     device_evidence: str = ""
@@ -144,6 +148,8 @@ def parse_probe(output: str) -> NodeInfo:
         init=raw.get("init", ""),
         earlyoom_version=parse_earlyoom_version(raw.get("earlyoom_version", "")),
         earlyoom_candidate=parse_earlyoom_version(raw.get("earlyoom_candidate", "")),
+        nohang_version=(parse_earlyoom_version(raw.get("nohang_version", ""))
+                        or parse_earlyoom_version(raw.get("nohang_candidate", ""))),
         swaps=parse_swaps(raw.get("swaps", "")),
         device_class=device_class,
         device_evidence=evidence,

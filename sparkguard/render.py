@@ -21,11 +21,11 @@ from .state import DesiredState
 SECRET_PLACEHOLDER = "# secret: rendered on apply only; the value never leaves the operator's machine in a render\n"
 
 
-def host_states(entry: InventoryHost) -> list[DesiredState]:
-    """Desired state of every enabled role for one host (pure: no SSH)."""
+def host_states(entry: InventoryHost, live=None) -> list[DesiredState]:
+    """Desired state of every enabled role for one host (pure: no SSH; ``live`` resolves 'auto' settings)."""
     from roles import ROLES
 
-    ctx = RoleContext(host=entry.name, config=entry.config, node=node_profile(entry.config))
+    ctx = RoleContext(host=entry.name, config=entry.config, node=node_profile(entry.config, live))
     return [role.desired_state(ctx) for role in ROLES if role.enabled(entry.config)]
 
 

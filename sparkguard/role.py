@@ -30,6 +30,9 @@ class NodeProfile:
 
     memory_total_bytes: int | None
     device_class: str
+    # The live node's facts on apply and audit; None on render (offline). Only for resolving a
+    # setting the operator left at 'auto' (earlyoom.guard): render then says what it assumed.
+    live: "NodeInfo | None" = None
 
     @property
     def unified_memory(self) -> bool | None:
@@ -66,6 +69,12 @@ class Role:
     checks: Callable[["HostConfig"], Iterable[Problem]] | None = None
     # Checks that need the live node (versions, devices); run on apply before any operation.
     preflight: Callable[["HostConfig", "NodeInfo"], Iterable[Problem]] | None = None
+    # What an operator should see per host in apply's table and JSON ({column: value}), from the
+    # settings and the live node: e.g. which low-memory guard this node got.
+    describe: Callable[["HostConfig", "NodeInfo | None"], dict[str, str]] | None = None
+    # Node facts that would change this role's output where a setting is 'auto': the audit reads the
+    # files of every variant in its one round trip, then judges the node by the variant it really is.
+    live_alternatives: Callable[["HostConfig"], tuple["NodeInfo", ...]] | None = None
 
     def enabled(self, config: "HostConfig") -> bool:
         return bool(getattr(getattr(config, self.name), "enabled", True))

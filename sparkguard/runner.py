@@ -36,6 +36,8 @@ class HostResult:
     changed_names: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     node: NodeInfo | None = None
+    # Per-role facts for the operator (Role.describe): e.g. {"guard": "nohang 0.2.0", ...}.
+    described: dict[str, str] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -74,6 +76,7 @@ class ApplyResult:
                         "distro": f"{h.node.distro_id} {h.node.distro_version}".strip(),
                         "earlyoom_version": ".".join(map(str, h.node.earlyoom_version or ())) or None,
                     },
+                    **h.described,
                 }
                 for h in self.hosts
             ],
@@ -178,11 +181,24 @@ def run_deploy(inventory: Inventory, deploy_factory: Callable[[], Callable[[], N
         disconnect_all(state)
 
 
+def describe_host(entry: InventoryHost, node: NodeInfo) -> dict[str, str]:
+    """What each enabled role says about this host (Role.describe), for the report."""
+    from roles import ROLES
+
+    described: dict[str, str] = {}
+    for role in ROLES:
+        if role.describe is not None and role.enabled(entry.config):
+            described.update(role.describe(entry.config, node))
+    return described
+
+
 def _collect(state: State, entries: list[InventoryHost], dry: bool) -> ApplyResult:
     results = []
     for entry in entries:
         host = state.inventory.get_host(entry.name)
         result = HostResult(entry.name, node=_node_info_cache.get(entry.name))
+        if result.node is not None:
+            result.described = describe_host(entry, result.node)
         failed_before = host in state.failed_hosts
         for op_hash in state.get_op_order():
             if op_hash not in state.ops[host]:

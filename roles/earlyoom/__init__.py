@@ -1,8 +1,9 @@
-"""Role ``earlyoom``: the last line of defence, tuned for unified memory."""
+"""Role ``earlyoom``: the last line of defence, tuned for unified memory (earlyoom 1.7, or nohang)."""
 
 from sparkguard.role import Role
 
 from .checks import preflight, problems
+from .guard import describe, live_alternatives
 from .settings import EarlyoomSettings
 from .state import desired_state
 
@@ -10,7 +11,10 @@ ROLE = Role(
     name="earlyoom",
     settings=EarlyoomSettings,
     desired_state=desired_state,
-    summary="earlyoom kills the training job first and spares sshd, at lines that hold on unified memory",
+    summary="a low-memory guard (earlyoom 1.7, or nohang where earlyoom is 1.8+) kills the training job first and"
+            " spares sshd, at lines of MemTotal that hold on unified memory",
     checks=problems,
     preflight=preflight,
+    describe=describe,
+    live_alternatives=live_alternatives,
 )

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 from sparkguard.errors import Problem
 
+from .guard import FIRST_ANON_RELATIVE, choose_guard
 from .names import fragment_problem
 
 
@@ -36,9 +37,6 @@ def problems(config) -> Iterator[Problem]:
                 yield Problem("", f"earlyoom.{field}[{index}]", fragment, reason)
 
 
-FIRST_ANON_RELATIVE = (1, 8)
-
-
 def _unreadable_version(info) -> tuple[str, str] | None:
     """A version string the node printed that does not parse: (where it came from, the string), else None."""
     installed = info.raw.get("earlyoom_version", "").strip()
@@ -51,16 +49,24 @@ def _unreadable_version(info) -> tuple[str, str] | None:
 
 
 def preflight(config, info) -> Iterator[Problem]:
-    """Refuse an earlyoom whose percentages ignore driver memory, unless the operator accepted it."""
+    """Refuse a guard whose lines would not hold on this node, before anything is applied."""
     settings = config.earlyoom
     unreadable = _unreadable_version(info)
-    if unreadable and settings.newer_version == "refuse":
+    if unreadable and settings.newer_version == "refuse" and settings.guard != "nohang":
         what, text = unreadable
         yield Problem("", "earlyoom", text,
                       f"cannot read earlyoom's version from the {what}: refused rather than guessed, because from 1.8 "
                       f"on earlyoom's lines ignore driver memory (docs/earlyoom-measurements.md). Report the string;"
-                      f" meanwhile set earlyoom.newer_version: accept-anon-relative to install it anyway, or"
-                      f" earlyoom.enabled: false")
+                      f" meanwhile set earlyoom.guard: nohang, or earlyoom.newer_version: accept-anon-relative to"
+                      f" install this earlyoom anyway, or earlyoom.enabled: false")
+        return
+    choice = choose_guard(settings, info)
+    if choice.guard == "nohang":
+        if info.nohang_version is None:
+            yield Problem("", "earlyoom.guard", settings.guard,
+                          f"this node's guard is nohang ({choice.reason}), but apt has no nohang package here (it is in"
+                          f" Debian 12/13 and Ubuntu universe): enable that archive, or set earlyoom.guard: earlyoom"
+                          f" with a 1.7 earlyoom, or earlyoom.enabled: false")
         return
     version = info.earlyoom_effective_version
     if version is None or version < FIRST_ANON_RELATIVE or settings.newer_version != "refuse":
@@ -68,12 +74,11 @@ def preflight(config, info) -> Iterator[Problem]:
     shown = ".".join(map(str, version))
     source = "installed" if info.earlyoom_version else "the version apt would install"
     yield Problem(
-        "", "earlyoom.newer_version", settings.newer_version,
+        "", "earlyoom.guard", settings.guard,
         f"this node's earlyoom is {shown} ({source}). From 1.8 on, earlyoom computes its percentage as "
         f"MemAvailable/(MemAvailable+AnonPages); GPU driver memory is in neither term, so the SIGTERM line at "
         f"{settings.term_percent:g}% of MemTotal would fire late or never on a unified-memory node (measured: "
-        f"docs/earlyoom-measurements.md). Ways out: run a distro that ships earlyoom 1.7 (Debian 12, "
-        f"Ubuntu 24.04 / DGX OS 7); or set earlyoom.newer_version: accept-anon-relative for this host to install "
-        f"{shown} knowing its lines are relative to anonymous memory; or earlyoom.enabled: false and rely on "
-        f"the monitoring alerts alone.",
+        f"docs/earlyoom-measurements.md). Ways out: set earlyoom.guard: auto or nohang (nohang's lines are "
+        f"fractions of MemTotal); or set earlyoom.newer_version: accept-anon-relative for this host to run "
+        f"earlyoom {shown} knowing its lines are relative to anonymous memory; or earlyoom.enabled: false.",
     )

@@ -55,6 +55,7 @@ PROTECTED_NAMES = (
     "dbus-daemon",
     "dbus-broker",
     "earlyoom",
+    "nohang",           # the guard where earlyoom is 1.8+ (roles/earlyoom/guard.py)
     "gpu-ranking",      # sparkguard's GPU ranking agent
     "prometheus",
     "prometheus-node",  # Debian's prometheus-node-exporter, truncated

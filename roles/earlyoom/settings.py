@@ -14,7 +14,14 @@ from sparkguard.settings import Settings, setting
 class EarlyoomSettings(Settings):
     """earlyoom as the last line of defence: the trainer dies first, sshd survives."""
 
-    enabled: bool = setting(True, "Install and run earlyoom.")
+    enabled: bool = setting(True, "Install and run the low-memory guard (earlyoom, or nohang where earlyoom is 1.8+).")
+    guard: Literal["auto", "earlyoom", "nohang"] = setting(
+        "auto",
+        "Which low-memory guard runs; the settings below drive either. auto = earlyoom where the node's earlyoom"
+        " is 1.7 (Debian 12, Ubuntu 24.04 / DGX OS 7), nohang where it is 1.8+ (Debian 13, Ubuntu 26.04), whose"
+        " lines would ignore driver memory (docs/earlyoom-measurements.md). Render cannot see the node: it"
+        " shows earlyoom for auto, so declare nohang for a Debian 13 / Ubuntu 26.04 host to review it exactly."
+        " Switching stops and disables the other guard: exactly one runs.")
     term_percent: float = setting(
         8.0, "SIGTERM when MemAvailable falls to this share of MemTotal (8% of a DGX Spark = 9.7 GiB).",
         unit="% of MemTotal", gt=0, lt=100)

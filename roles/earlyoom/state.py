@@ -10,10 +10,11 @@ from sparkguard import victim_order
 from sparkguard.layout import (BIN_DIR, CONFIG_DIR, LIB_DIR, SERVING_UNIT_PREFIX, STATE_DIR, TEXTFILE_DIR,
                                TRAINING_JOB_PREFIX, dropin_path, unit_path)
 from sparkguard.role import RoleContext
-from sparkguard.state import DesiredState, Directory, ManagedFile, Service
+from sparkguard.state import DesiredState, Directory, Ensure, ManagedFile, Service
 from sparkguard.templating import render_template
 
 from . import gpu_ranking
+from .guard import GuardChoice, choose_guard
 from .names import avoid_regex, prefer_regex, serving_regex
 from .settings import EarlyoomSettings
 
@@ -28,6 +29,9 @@ CHECKER = f"{LIB_DIR}/earlyoom-check-args"
 OOM_FIRST = f"{BIN_DIR}/sparkguard-oom-first"
 KILLS_PATH_UNIT = "sparkguard-earlyoom-kills.path"
 KILLS_SERVICE_UNIT = "sparkguard-earlyoom-kills.service"
+NOHANG_CONF = "/etc/nohang/nohang.conf"
+NOHANG_DROPIN = dropin_path("nohang.service")
+NOHANG_ACTION = f"{LIB_DIR}/nohang-action"
 RANKING_AGENT = f"{LIB_DIR}/gpu-ranking"
 RANKING_CONFIG = f"{CONFIG_DIR}/gpu-ranking.json"
 RANKING_UNIT = "sparkguard-gpu-ranking.service"
@@ -90,45 +94,95 @@ def ranking_files(settings: EarlyoomSettings, serving_adj: int) -> tuple[Managed
     )
 
 
+def _lines(settings: EarlyoomSettings, total: int | None) -> dict[str, str]:
+    """The lines as the guard's config comments state them, for the reviewer."""
+    return dict(term_percent=_num(settings.term_percent), kill_percent=_num(settings.kill_percent),
+                term_gib=_gib(total, settings.term_percent), kill_gib=_gib(total, settings.kill_percent),
+                total_gib=f"{total / 2**30:.1f}" if total else "?")
+
+
+def earlyoom_guard(settings: EarlyoomSettings, total: int | None, paths: dict) -> tuple[tuple, tuple, tuple]:
+    """earlyoom 1.7: -m lines of MemTotal; the -N hook records each kill. (packages, files, services)"""
+    args = earlyoom_args(settings, total)
+    defaults = render_template(
+        "earlyoom/default.j2", args=" ".join(shlex.quote(a) for a in args), **_lines(settings, total),
+        prefer=prefer_regex(settings.prefer_extra, settings.prefer_plain_python), avoid=avoid_regex(settings.avoid_extra),
+    )
+    files = (
+        ManagedFile(NOTIFY, render_template("earlyoom/notify.sh.j2", **paths), mode="0755", validate="sh -n {path}"),
+        ManagedFile(CHECKER, render_template("earlyoom/check.sh.j2"), mode="0755", validate="sh -n {path}"),
+        ManagedFile(DROPIN, render_template("earlyoom/dropin.conf.j2", unit="earlyoom.service", **paths)),
+        ManagedFile(DEFAULTS_FILE, defaults, validate=f"{CHECKER} {{path}}"),
+    )
+    return ("earlyoom",), files, (Service("earlyoom.service", restart_on=(DEFAULTS_FILE, DROPIN, NOTIFY)),)
+
+
+def nohang_config(settings: EarlyoomSettings, total: int | None, serving_adj: int) -> str:
+    return render_template(
+        "earlyoom/nohang.conf.j2", action=NOHANG_ACTION, serving_adj=serving_adj, **_lines(settings, total),
+        prefer=prefer_regex(settings.prefer_extra, settings.prefer_plain_python), avoid=avoid_regex(settings.avoid_extra),
+        report="True" if settings.report_interval_s else "False",
+        report_interval=settings.report_interval_s or 60,
+    )
+
+
+def nohang_guard(settings: EarlyoomSettings, total: int | None, paths: dict,
+                 serving_adj: int) -> tuple[tuple, tuple, tuple]:
+    """nohang: lines of MemTotal, the same ranking; every action goes through the recording action script."""
+    files = (
+        ManagedFile(NOHANG_ACTION, render_template("earlyoom/nohang-action.sh.j2", group=settings.kill_process_group,
+                                                   **paths), mode="0755", validate="sh -n {path}"),
+        ManagedFile(NOHANG_DROPIN, render_template("earlyoom/dropin.conf.j2", unit="nohang.service", **paths)),
+        ManagedFile(NOHANG_CONF, nohang_config(settings, total, serving_adj),
+                    validate="nohang --check --config {path}"),
+    )
+    services = (
+        Service("nohang.service", restart_on=(NOHANG_CONF, NOHANG_DROPIN, NOHANG_ACTION)),
+        # Debian's package enables both of its units; they conflict, and only one may guard the node.
+        Service("nohang-desktop.service", enabled=None, running=False, masked=True),
+    )
+    return ("nohang",), files, services
+
+
+def only_guard(choice: GuardChoice) -> Ensure:
+    """Switching guards leaves exactly one running: the others are stopped and disabled."""
+    others = " ".join(shlex.quote(u) for u in choice.others)
+    return Ensure(
+        description=f"{choice.guard} is the only low-memory guard",
+        check=f"for u in {others}; do systemctl is-active -q $u && exit 1; systemctl is-enabled -q $u && exit 1; done; true",
+        fix=f"systemctl disable --now {others} 2>/dev/null; true",
+    )
+
+
 def desired_state(ctx: RoleContext) -> DesiredState:
     settings: EarlyoomSettings = ctx.settings("earlyoom")
     total = ctx.node.memory_total_bytes
-    args = earlyoom_args(settings, total)
-    paths = {"spool_dir": SPOOL_DIR, "collector": COLLECTOR, "counts_file": COUNTS_FILE, "textfile": TEXTFILE}
-    defaults = render_template(
-        "earlyoom/default.j2",
-        args=" ".join(shlex.quote(a) for a in args),
-        term_percent=_num(settings.term_percent), kill_percent=_num(settings.kill_percent),
-        term_gib=_gib(total, settings.term_percent), kill_gib=_gib(total, settings.kill_percent),
-        total_gib=f"{total / 2**30:.1f}" if total else "?",
-        prefer=prefer_regex(settings.prefer_extra, settings.prefer_plain_python), avoid=avoid_regex(settings.avoid_extra),
-    )
+    choice = choose_guard(settings, ctx.node.live)
+    paths = {"spool_dir": SPOOL_DIR, "collector": COLLECTOR, "counts_file": COUNTS_FILE, "textfile": TEXTFILE,
+             "guard": choice.guard}
     # Serving's band is the vllm role's oom_score_adj (one value, wherever a server runs).
     serving_adj = ctx.settings("vllm").oom_score_adj
+    if choice.guard == "nohang":
+        packages, guard_files, guard_services = nohang_guard(settings, total, paths, serving_adj)
+    else:
+        packages, guard_files, guard_services = earlyoom_guard(settings, total, paths)
     ranking = ranking_files(settings, serving_adj) if settings.gpu_ranking else ()
     ranking_services = (Service(RANKING_UNIT, restart_on=tuple(f.path for f in ranking)),) if ranking else ()
     return DesiredState(
         role="earlyoom",
         # The ranking agent is a python3 script (DGX OS and Ubuntu ship python3; a minimal Debian may not).
-        packages=("earlyoom", "python3") if ranking else ("earlyoom",),
+        packages=packages + (("python3",) if ranking else ()),
         directories=(Directory(SPOOL_DIR, mode="0733"),),
         files=(
             ManagedFile(OOM_FIRST, render_template("earlyoom/oom-first.sh.j2"), mode="0755",
                         validate="sh -n {path}"),
-            ManagedFile(NOTIFY, render_template("earlyoom/notify.sh.j2", **paths), mode="0755",
-                        validate="sh -n {path}"),
             ManagedFile(COLLECTOR, render_template("earlyoom/collect.sh.j2", **paths), mode="0755",
                         validate="sh -n {path}"),
-            ManagedFile(CHECKER, render_template("earlyoom/check.sh.j2"), mode="0755", validate="sh -n {path}"),
             ManagedFile(unit_path(KILLS_SERVICE_UNIT), render_template("earlyoom/kills.service.j2", **paths),
                         validate="systemd-analyze verify {path}"),
             ManagedFile(unit_path(KILLS_PATH_UNIT), render_template("earlyoom/kills.path.j2", **paths),
                         validate="systemd-analyze verify {path}"),
-            ManagedFile(DROPIN, render_template("earlyoom/dropin.conf.j2", **paths)),
-            ManagedFile(DEFAULTS_FILE, defaults, validate=f"{CHECKER} {{path}}"),
-        ) + ranking,
-        services=(
-            Service(KILLS_PATH_UNIT),
-            Service("earlyoom.service", restart_on=(DEFAULTS_FILE, DROPIN, NOTIFY)),
-        ) + ranking_services,
+        ) + guard_files + ranking,
+        services=(Service(KILLS_PATH_UNIT),) + guard_services + ranking_services,
+        ensures=(only_guard(choice),),
     )

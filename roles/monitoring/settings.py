@@ -21,9 +21,9 @@ class NodeExporterSettings(Settings):
         "", "HOST:PORT node_exporter listens on. Empty = the node's ssh_host on port 9100 (its management"
         " interface). Never defaults to all interfaces.")
     systemd_units: tuple[str, ...] = setting(
-        ("earlyoom", "ssh", "prometheus.*", "sparkguard-.*"),
+        ("earlyoom", "nohang", "ssh", "prometheus.*", "sparkguard-.*"),
         "Unit name patterns (RE2, without the .service/.timer/... suffix) the systemd collector reports."
-        " EarlyoomDown reads earlyoom.service from it; everything else would be thousands of useless series.")
+        " EarlyoomDown reads the guard's unit (earlyoom.service or nohang.service) from it; everything else would be thousands of useless series.")
     metrics_interval_s: int = setting(
         15, "How often sparkguard-node-metrics.timer rewrites sparkguard_node.prom (training mode, memory"
         " outside cgroups, per-process GPU memory).", unit="s", ge=5, le=3600)

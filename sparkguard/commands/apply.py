@@ -40,7 +40,7 @@ def print_report(result: ApplyResult, console: Console | None = None) -> None:
     console = console or make_console()
     verb = "would change" if result.dry else "changed"
     table = Table(title=f"sparkguard apply{' (dry run)' if result.dry else ''}")
-    for column in ("host", "device", "MemTotal", "distro", "earlyoom", "operations", verb, "status"):
+    for column in ("host", "device", "MemTotal", "distro", "guard", "operations", verb, "status"):
         table.add_column(column)
     for host in result.hosts:
         node = host.node
@@ -49,7 +49,7 @@ def print_report(result: ApplyResult, console: Console | None = None) -> None:
             node.device_class if node else "?",
             f"{node.memory_total_gib:.1f} GiB" if node else "?",
             f"{node.distro_id} {node.distro_version}" if node else "?",
-            ".".join(map(str, node.earlyoom_version)) if node and node.earlyoom_version else "-",
+            host.described.get("guard", "-"),
             str(host.operations),
             str(host.changed),
             "[green]ok[/green]" if host.ok else "[red]FAILED[/red]",

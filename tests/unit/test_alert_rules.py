@@ -86,7 +86,7 @@ def test_node_level_metrics_only():
     assert 'node_memory_MemAvailable_bytes{job="node"}' in exprs
     assert "node_vmstat_pswpin" in exprs and "node_vmstat_pswpout" in exprs
     assert "node_pressure_memory_stalled_seconds_total" in exprs
-    assert 'node_systemd_unit_state{job="node",name="earlyoom.service",state="active"}' in exprs
+    assert 'node_systemd_unit_state{job="node",name=~"earlyoom.service|nohang.service",state="active"}' in exprs
 
 
 def test_lines_follow_earlyoom_settings():
@@ -120,11 +120,11 @@ def test_from_earlyoom_role_settings():
 def test_names_are_configurable():
     t = AlertThresholds(node_job="node-exporter", earlyoom_kills_metric="my_kills_total",
                         earlyoom_victim_label="comm", training_mode_metric="my_training",
-                        earlyoom_unit="earlyoom-custom.service")
+                        guard_units="earlyoom-custom.service")
     text = render_alert_rules(t)
     assert 'job="node"' not in text
     assert 'up{job="node-exporter"}' in text and "my_kills_total" in text and "$labels.comm" in text
-    assert "my_training" in text and 'name="earlyoom-custom.service"' in text
+    assert "my_training" in text and 'name=~"earlyoom-custom.service"' in text
 
 
 @pytest.mark.parametrize("change, message", [

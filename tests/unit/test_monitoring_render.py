@@ -81,7 +81,7 @@ def test_defaults_files_bind_the_node_address_with_the_right_collectors(rendered
         "--web.listen-address=192.0.2.11:9100",
         "--collector.textfile.directory=/var/lib/prometheus/node-exporter",
         "--collector.systemd",
-        "--collector.systemd.unit-include=(earlyoom|ssh|prometheus.*|sparkguard-.*)[.](service|socket|timer|path|target)",
+        "--collector.systemd.unit-include=(earlyoom|nohang|ssh|prometheus.*|sparkguard-.*)[.](service|socket|timer|path|target)",
         "--collector.pressure",
         "--collector.meminfo",
     ]
