@@ -11,11 +11,12 @@ from sparkguard import sandbox
 
 
 @contextmanager
-def booted_nodes(nodes: int, net: str) -> Iterator[tuple[Path, Path]]:
-    """Yield (state_dir, inventory_dir) of ``nodes`` bookworm nodes on ``net``.x."""
+def booted_nodes(nodes: int, net: str, release: str = "bookworm") -> Iterator[tuple[Path, Path]]:
+    """Yield (state_dir, inventory_dir) of ``nodes`` nodes of ``release`` on ``net``.x."""
     with tempfile.TemporaryDirectory(prefix="sg-bench-") as tmp:
         state, inventory = Path(tmp) / "state", Path(tmp) / "inventory"
-        sandbox.up(nodes=nodes, state_dir=state, inventory_dir=inventory, net=net, log=lambda *_: None)
+        sandbox.up(nodes=nodes, state_dir=state, inventory_dir=inventory, net=net, release=release,
+                   log=lambda *_: None)
         try:
             yield state, inventory
         finally:

@@ -293,10 +293,51 @@ def _kills_total(counter: str) -> int:
 
 
 def _first_victim(log: str) -> int | None:
+    """The first victim's PID in the guard's journal: earlyoom's own line, or nohang's action script's."""
     for line in log.splitlines():
         if "sending SIG" in line and " to process " in line:
             return int(line.split(" to process ", 1)[1].split()[0])
+        if "sparkguard: nohang sent SIG" in line and "(pid " in line:
+            return int(line.split("(pid ", 1)[1].split(",")[0].split(")")[0])
     return None
+
+
+# The largest line nohang accepts is 50 % of MemTotal (it refuses a higher soft_threshold_min_mem).
+NOHANG_MAX_LINE_PERCENT = 50
+
+
+@contextmanager
+def host_ballast(target_available_kib: int, cap_mib: int):
+    """Bring the host's MemAvailable down to about ``target_available_kib`` with a HOST process.
+
+    For guards that refuse lines near a mostly idle host's MemAvailable (nohang: at most 50 % of
+    MemTotal). Plain anonymous memory in a process outside the node's PID namespace, so the
+    node's guard can neither see nor pick it; oom_score_adj 1000 makes it the kernel's first
+    victim should anything go wrong. Bounded by ``cap_mib``; killed on exit, even on failure.
+    """
+    import subprocess
+
+    need_mib = (meminfo_kib("MemAvailable") - target_available_kib) // 1024
+    if need_mib <= 0:
+        yield 0
+        return
+    if need_mib > cap_mib:
+        raise RuntimeError(f"the ballast would need {need_mib} MiB, over its cap of {cap_mib} MiB: "
+                           f"this host has too little memory free for a below-50 % line")
+    proc = subprocess.Popen(["choom", "-n", "1000", "--", "python3", str(REPO / "tools" / "sparkguard-anon-hog"),
+                             "--mib", str(need_mib), "--comm", "sg-ballast"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 120
+        while meminfo_kib("MemAvailable") > target_available_kib + 64 * 1024 and time.time() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"the ballast exited early ({proc.returncode})")
+            time.sleep(0.2)
+        time.sleep(1.0)
+        yield need_mib
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
 
 
 class SshSession:
@@ -317,8 +358,9 @@ class SshSession:
         return self.result is not None and self.result[0] == 0 and self.result[1].strip() == "survived"
 
 
-def run_cell(handle, node: str, plan: ReplayPlan, launch: Launch, timeout_s: float = 120) -> ReplayResult:
-    """Drive one cell on a node whose earlyoom already runs with ``plan``'s lines."""
+def run_cell(handle, node: str, plan: ReplayPlan, launch: Launch, timeout_s: float = 120,
+             guard: str = "earlyoom") -> ReplayResult:
+    """Drive one cell on a node whose guard (earlyoom or nohang) already runs with ``plan``'s lines."""
     from roles.vllm.settings import VllmSettings
 
     install_tools(handle, node)
@@ -376,11 +418,11 @@ def run_cell(handle, node: str, plan: ReplayPlan, launch: Launch, timeout_s: flo
             _, report, _ = ssh(f"cat {HOG_REPORT}")
             events = [json.loads(line) for line in report.splitlines() if line.strip()]
             _, states, _ = ssh(f"systemctl is-active {BYSTANDER_UNIT}; systemctl is-active {VLLM_UNIT}")
-            _, alive, _ = ssh("pgrep -x sshd >/dev/null && echo sshd; systemctl is-active earlyoom")
+            _, alive, _ = ssh(f"pgrep -x sshd >/dev/null && echo sshd; systemctl is-active {guard}")
             session_ok = session.survived(handle, node)
             time.sleep(2.0)  # the path unit collects the kill event
             _, counter, _ = ssh("cat /var/lib/prometheus/node-exporter/sparkguard_earlyoom.prom")
-            _, log, _ = ssh(f"journalctl -u earlyoom --since '{since}' --no-pager -o cat")
+            _, log, _ = ssh(f"journalctl -u {guard} --since '{since}' --no-pager -o cat")
             record = None
             if launch.record:
                 rc, out, _ = ssh("cat /var/lib/sparkguard/train/last.json")
@@ -423,10 +465,11 @@ def _node_pid(ssh, reported: int, comm: str) -> int | None:
     return int(found[0]) if len(found) == 1 else None
 
 
-def run_replay(handle, node: str, plan: ReplayPlan, timeout_s: float = 120, oom_first: bool = True) -> ReplayResult:
+def run_replay(handle, node: str, plan: ReplayPlan, timeout_s: float = 120, oom_first: bool = True,
+               guard: str = "earlyoom") -> ReplayResult:
     """One cell: the trainer through sparkguard-oom-first, or (``oom_first=False``) plain python3 in a cgroup."""
     launch = LAUNCHES["sparkguard-oom-first" if oom_first else "python3 in a --memory cgroup"]
-    return run_cell(handle, node, plan, launch, timeout_s)
+    return run_cell(handle, node, plan, launch, timeout_s, guard=guard)
 
 
 def _wait_for_pidfile(ssh) -> int:

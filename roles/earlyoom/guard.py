@@ -60,6 +60,9 @@ def choose_guard(settings, live: NodeInfo | None) -> GuardChoice:
         return GuardChoice("earlyoom", "auto; render cannot see the node and assumes earlyoom 1.7 "
                                        "(a node whose earlyoom is 1.8+ gets nohang on apply)")
     version = live.earlyoom_effective_version
+    if version is None and live.nohang_version is not None:
+        return GuardChoice("nohang", f"auto: apt has no earlyoom here; nohang {_version(live.nohang_version)} "
+                                     f"measures against MemTotal")
     if version is None or version < FIRST_ANON_RELATIVE:
         return GuardChoice("earlyoom", f"auto: earlyoom {_version(version)} measures against MemTotal")
     if settings.newer_version == "accept-anon-relative":

@@ -21,6 +21,7 @@ from .settings import EarlyoomSettings
 DEFAULTS_FILE = "/etc/default/earlyoom"
 DROPIN = dropin_path("earlyoom.service")
 SPOOL_DIR = f"{STATE_DIR}/earlyoom-events"
+MARKS_DIR = f"{STATE_DIR}/guard-marks"
 COUNTS_FILE = f"{STATE_DIR}/earlyoom-kills.counts"
 TEXTFILE = f"{TEXTFILE_DIR}/sparkguard_earlyoom.prom"
 NOTIFY = f"{LIB_DIR}/earlyoom-notify"
@@ -111,7 +112,8 @@ def earlyoom_guard(settings: EarlyoomSettings, total: int | None, paths: dict) -
     files = (
         ManagedFile(NOTIFY, render_template("earlyoom/notify.sh.j2", **paths), mode="0755", validate="sh -n {path}"),
         ManagedFile(CHECKER, render_template("earlyoom/check.sh.j2"), mode="0755", validate="sh -n {path}"),
-        ManagedFile(DROPIN, render_template("earlyoom/dropin.conf.j2", unit="earlyoom.service", **paths)),
+        ManagedFile(DROPIN, render_template("earlyoom/dropin.conf.j2", unit="earlyoom.service",
+                                            **{**paths, "marks_dir": None})),
         ManagedFile(DEFAULTS_FILE, defaults, validate=f"{CHECKER} {{path}}"),
     )
     return ("earlyoom",), files, (Service("earlyoom.service", restart_on=(DEFAULTS_FILE, DROPIN, NOTIFY)),)
@@ -159,7 +161,7 @@ def desired_state(ctx: RoleContext) -> DesiredState:
     total = ctx.node.memory_total_bytes
     choice = choose_guard(settings, ctx.node.live)
     paths = {"spool_dir": SPOOL_DIR, "collector": COLLECTOR, "counts_file": COUNTS_FILE, "textfile": TEXTFILE,
-             "guard": choice.guard}
+             "guard": choice.guard, "marks_dir": MARKS_DIR}
     # Serving's band is the vllm role's oom_score_adj (one value, wherever a server runs).
     serving_adj = ctx.settings("vllm").oom_score_adj
     if choice.guard == "nohang":
@@ -172,7 +174,8 @@ def desired_state(ctx: RoleContext) -> DesiredState:
         role="earlyoom",
         # The ranking agent is a python3 script (DGX OS and Ubuntu ship python3; a minimal Debian may not).
         packages=packages + (("python3",) if ranking else ()),
-        directories=(Directory(SPOOL_DIR, mode="0733"),),
+        directories=(Directory(SPOOL_DIR, mode="0733"),)
+        + ((Directory(MARKS_DIR, mode="0700"),) if choice.guard == "nohang" else ()),
         files=(
             ManagedFile(OOM_FIRST, render_template("earlyoom/oom-first.sh.j2"), mode="0755",
                         validate="sh -n {path}"),

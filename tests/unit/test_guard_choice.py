@@ -1,0 +1,221 @@
+"""Which guard a node gets, and what each guard's desired state is (tables: facts in, state out)."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from roles.earlyoom import guard as guard_module
+from roles.earlyoom.checks import preflight
+from roles.earlyoom.guard import choose_guard, describe
+from roles.earlyoom.names import avoid_regex, prefer_regex
+from roles.earlyoom.settings import EarlyoomSettings
+from roles.earlyoom.state import NOHANG_ACTION, NOHANG_CONF, desired_state
+from sparkguard.facts import parse_probe
+from sparkguard.inventory import load_inventory
+from sparkguard.render import host_states
+from sparkguard.templating import render_template
+
+BOOKWORM = {"earlyoom_version": "earlyoom v1.7", "nohang_candidate": "0.2.0-2"}
+NOBLE = {"earlyoom_version": "", "earlyoom_candidate": "1.7-2build1", "nohang_candidate": "0.2.0-1"}
+TRIXIE = {"earlyoom_version": "", "earlyoom_candidate": "1.8.2-1", "nohang_candidate": "0.2.0-3"}
+TRIXIE_WITH_1_8 = {"earlyoom_version": "earlyoom v1.8.2", "nohang_candidate": "0.2.0-3"}
+RESOLUTE = {"earlyoom_version": "", "earlyoom_candidate": "1:1.9.0-1ubuntu1", "nohang_candidate": "0.2.0-3"}
+NO_EARLYOOM = {"earlyoom_version": "", "earlyoom_candidate": "(none)", "nohang_candidate": "0.2.0-3"}
+NO_NOHANG = {"earlyoom_version": "", "earlyoom_candidate": "1.8.2-1", "nohang_candidate": "(none)"}
+
+
+def live(raw: dict):
+    return parse_probe("memtotal_kb=24683584\n" + "".join(f"{k}={v}\n" for k, v in raw.items()))
+
+
+@pytest.mark.parametrize("declared, newer, raw, expected", [
+    ("auto", "refuse", None, "earlyoom"),                     # render: offline, says what it assumed
+    ("auto", "refuse", BOOKWORM, "earlyoom"),
+    ("auto", "refuse", NOBLE, "earlyoom"),                    # Ubuntu 24.04 / DGX OS 7: 1.7, not yet installed
+    ("auto", "refuse", TRIXIE, "nohang"),
+    ("auto", "refuse", TRIXIE_WITH_1_8, "nohang"),            # switches a node where 1.8 was accepted before
+    ("auto", "refuse", RESOLUTE, "nohang"),                   # epoch + Ubuntu suffix
+    ("auto", "refuse", NO_EARLYOOM, "nohang"),
+    ("auto", "accept-anon-relative", TRIXIE, "earlyoom"),     # 1.8 knowingly
+    ("earlyoom", "refuse", TRIXIE, "earlyoom"),               # (refused by preflight, below)
+    ("nohang", "refuse", BOOKWORM, "nohang"),
+    ("nohang", "refuse", None, "nohang"),                     # declared: render is exact
+])
+def test_guard_choice_table(declared, newer, raw, expected):
+    settings = EarlyoomSettings(guard=declared, newer_version=newer)
+    choice = choose_guard(settings, live(raw) if raw is not None else None)
+    assert choice.guard == expected, choice
+    assert choice.unit == f"{expected}.service"
+    assert choice.unit not in choice.others and len(choice.others) == 2
+
+
+def _problems(inventory_dir, raw, guard="auto", newer="refuse"):
+    path = inventory_dir(f"""\
+        all:
+          hosts:
+            h: {{ssh_host: 192.0.2.1, earlyoom: {{guard: {guard}, newer_version: {newer}}}}}
+        """)
+    return list(preflight(load_inventory(path).host("h").config, live(raw)))
+
+
+@pytest.mark.parametrize("raw, guard, newer, field", [
+    (BOOKWORM, "auto", "refuse", None),
+    (TRIXIE, "auto", "refuse", None),                         # nohang: no refusal any more
+    (TRIXIE, "earlyoom", "refuse", "earlyoom.guard"),         # declared earlyoom on 1.8: refused, ways out named
+    (TRIXIE, "earlyoom", "accept-anon-relative", None),
+    (NO_NOHANG, "auto", "refuse", "earlyoom.guard"),          # nohang needed but apt has none: refused
+    (NO_NOHANG, "nohang", "refuse", "earlyoom.guard"),
+    ({"earlyoom_version": "earlyoom (devel)", "nohang_candidate": "0.2.0-3"}, "auto", "refuse", "earlyoom"),
+    ({"earlyoom_version": "earlyoom (devel)", "nohang_candidate": "0.2.0-3"}, "nohang", "refuse", None),
+])
+def test_preflight_table(inventory_dir, raw, guard, newer, field):
+    problems = _problems(inventory_dir, raw, guard, newer)
+    assert [p.field for p in problems] == ([field] if field else []), problems
+    if field == "earlyoom.guard" and guard == "earlyoom":
+        assert "1.8.2" in problems[0].allowed and "nohang" in problems[0].allowed
+
+
+def _states(inventory_dir, raw, extra=""):
+    path = inventory_dir(f"""\
+        all:
+          vars:
+            node: {{memory_total_gib: 121.7}}
+            earlyoom: {{{extra}}}
+          hosts:
+            h: {{ssh_host: 192.0.2.1}}
+        """)
+    entry = load_inventory(path).host("h")
+    return {s.role: s for s in host_states(entry, live=live(raw) if raw else None)}["earlyoom"]
+
+
+def test_nohang_state_is_driven_by_the_same_settings(inventory_dir):
+    state = _states(inventory_dir, TRIXIE, "term_percent: 9, kill_percent: 4.5, prefer_extra: [my_trainer]")
+    assert state.packages == ("nohang", "python3")
+    conf = state.file(NOHANG_CONF)
+    assert conf.validate == "nohang --check --config {path}"
+    settings = dict(line.split(" = ", 1) for line in conf.content.splitlines()
+                    if " = " in line and not line.startswith(("#", "@")))
+    assert settings["soft_threshold_min_mem"] == "9 %" and settings["hard_threshold_min_mem"] == "4.5 %"
+    assert settings["soft_threshold_min_swap"] == settings["hard_threshold_min_swap"] == "100 %"  # swap never delays
+    assert settings["ignore_positive_oom_score_adj"] == "False"   # the bands stay in the score
+    assert settings["psi_checking_enabled"] == "False" and settings["max_sleep"] == "1"
+    prefer = prefer_regex(("my_trainer",))
+    assert f"@BADNESS_ADJ_RE_NAME 300 /// {prefer}" in conf.content
+    assert f"@BADNESS_ADJ_RE_NAME -300 /// {avoid_regex()}" in conf.content
+    assert f"@SOFT_ACTION_RE_NAME . /// {NOHANG_ACTION} term $PID" in conf.content
+    assert settings["post_kill_exe"] == f"{NOHANG_ACTION} killed $PID $NAME"
+    # nohang matches with Python's re.search: the same anchored names as earlyoom's ERE.
+    assert re.search(prefer, "my_trainer") and re.search(prefer, "pt_elastic") and not re.search(prefer, "python3")
+    assert re.search(avoid_regex(), "sshd-session") and re.search(avoid_regex(), "nohang")
+    services = {s.name: s for s in state.services}
+    assert services["nohang.service"].restart_on == (NOHANG_CONF, "/etc/systemd/system/nohang.service.d/50-sparkguard.conf",
+                                                     NOHANG_ACTION)
+    assert services["nohang-desktop.service"].masked is True and "earlyoom.service" not in services
+    [only] = state.ensures
+    assert "earlyoom.service" in only.check and "nohang.service" not in only.check
+
+
+def test_earlyoom_state_stops_nohang_and_ships_no_nohang_file(inventory_dir):
+    for raw in (None, BOOKWORM):
+        state = _states(inventory_dir, raw)
+        assert state.packages == ("earlyoom", "python3")
+        assert not [f for f in state.files if "nohang" in f.path]
+        assert "-m 8,4 -s 100,100" in state.file("/etc/default/earlyoom").content
+        [only] = state.ensures
+        assert "nohang.service nohang-desktop.service" in only.check and "earlyoom.service" not in only.check
+
+
+def test_render_of_an_auto_host_is_the_earlyoom_variant_and_a_declared_nohang_host_renders_exactly(inventory_dir):
+    assert _states(inventory_dir, None).packages[0] == "earlyoom"
+    declared = _states(inventory_dir, None, "guard: nohang")
+    assert declared == _states(inventory_dir, TRIXIE, "guard: nohang")
+
+
+def test_describe_names_guard_version_and_reason(inventory_dir):
+    path = inventory_dir("all:\n  hosts:\n    h: {ssh_host: 192.0.2.1}\n")
+    config = load_inventory(path).host("h").config
+    assert describe(config, live(TRIXIE))["guard"] == "nohang 0.2.0"
+    assert describe(config, live(BOOKWORM))["guard"] == "earlyoom 1.7"
+    assert "1.8.2" in describe(config, live(TRIXIE))["guard_reason"]
+
+
+def test_audit_probes_both_variants_of_an_auto_host(inventory_dir):
+    from sparkguard.audit import build_probe, probe_states
+
+    path = inventory_dir("all:\n  vars:\n    node: {memory_total_gib: 121.7}\n  hosts:\n    h: {ssh_host: 192.0.2.1}\n")
+    entry = load_inventory(path).host("h")
+    script = build_probe(entry, probe_states(entry))
+    assert "/etc/default/earlyoom" in script and NOHANG_CONF in script
+    declared = inventory_dir("all:\n  vars:\n    node: {memory_total_gib: 121.7}\n    earlyoom: {guard: earlyoom}\n"
+                             "  hosts:\n    h: {ssh_host: 192.0.2.1}\n")
+    assert NOHANG_CONF not in build_probe(load_inventory(declared).host("h"),
+                                          probe_states(load_inventory(declared).host("h")))
+    assert guard_module.live_alternatives(load_inventory(declared).host("h").config) == ()
+
+
+@pytest.fixture
+def action(tmp_path):
+    """nohang's action script, rendered against a spool in tmp_path (a real shell, real signals)."""
+    spool, marks = tmp_path / "spool", tmp_path / "marks"
+    spool.mkdir()
+    marks.mkdir()
+    script = tmp_path / "nohang-action"
+    script.write_text(render_template("earlyoom/nohang-action.sh.j2", spool_dir=str(spool), marks_dir=str(marks),
+                                      group=False))
+    script.chmod(0o755)
+    return script, spool
+
+
+def _events(spool: Path) -> list[dict]:
+    return [dict(line.split("=", 1) for line in p.read_text().splitlines()) for p in sorted(spool.glob("*.event"))]
+
+
+def test_action_terms_records_and_an_escalation_is_not_counted_twice(action):
+    script, spool = action
+    victim = subprocess.Popen(["sleep", "60"])
+    time.sleep(0.1)
+    assert subprocess.run([str(script), "term", str(victim.pid)]).returncode == 0
+    assert victim.wait(timeout=5) == -signal.SIGTERM
+    [event] = _events(spool)
+    assert list(spool.iterdir()) == list(spool.glob("*.event"))   # only events: the spool's path unit re-fires otherwise
+    assert event == {"pid": str(victim.pid), "uid": str(os.getuid()), "name": "sleep", "signal": "SIGTERM"}
+    # nohang's SIGKILL of the same victim afterwards: logged, not a second victim.
+    run = subprocess.run([str(script), "killed", str(victim.pid), "sleep"], capture_output=True, text=True)
+    assert run.returncode == 0 and "escalated" in run.stderr and len(_events(spool)) == 1
+    # A SIGKILL with no SIGTERM before it (memory fell straight below the kill line) is counted.
+    subprocess.run([str(script), "killed", "999999", "llama-server"], check=True, capture_output=True)
+    assert [e["signal"] for e in _events(spool)].count("SIGKILL") == 1
+
+
+@pytest.mark.parametrize("args", [["term"], ["term", "$(touch /tmp/x)"], ["bogus", "1"]])
+def test_action_refuses_what_nohang_should_never_send(action, args):
+    script, spool = action
+    assert subprocess.run([str(script), *args], capture_output=True).returncode == 2
+    assert _events(spool) == []
+
+
+def test_action_with_kill_process_group_terms_the_whole_group(tmp_path):
+    spool, marks = tmp_path / "spool", tmp_path / "marks"
+    spool.mkdir()
+    marks.mkdir()
+    script = tmp_path / "nohang-action"
+    script.write_text(render_template("earlyoom/nohang-action.sh.j2", spool_dir=str(spool), marks_dir=str(marks),
+                                      group=True))
+    script.chmod(0o755)
+    leader = subprocess.Popen(["sh", "-c", "sleep 60 & echo $!; wait"], stdout=subprocess.PIPE, text=True,
+                              start_new_session=True)
+    worker = int(leader.stdout.readline())
+    assert subprocess.run([str(script), "term", str(leader.pid)]).returncode == 0
+    leader.wait(timeout=5)
+    deadline = time.time() + 5
+    while Path(f"/proc/{worker}").exists() and time.time() < deadline:
+        time.sleep(0.05)
+    assert not Path(f"/proc/{worker}").exists() or "Z" in Path(f"/proc/{worker}/stat").read_text().split()[2]
+    assert [e["signal"] for e in _events(spool)] == ["SIGTERM"]
