@@ -23,8 +23,7 @@ from typing import Any
 
 from pyinfra.api import Config, FactBase, State
 from pyinfra.api import Inventory as PyinfraInventory
-from pyinfra.api.connect import connect_all, disconnect_all
-from pyinfra.api.exceptions import PyinfraError
+from pyinfra.api.connect import disconnect_all
 from pyinfra.api.facts import get_fact
 from pyinfra.api.state import StateStage
 from pyinfra.connectors.sshuserclient.client import get_host_keys
@@ -35,7 +34,7 @@ from .facts import _PROBE, NodeInfo, parse_probe
 from .inventory import Inventory, InventoryHost
 from .operations import _normal_mode
 from .render import host_states
-from .runner import _ConnectErrors, _quiet_pyinfra, explain_connect_error
+from .runner import _ConnectErrors, _quiet_pyinfra, connect_hosts, explain_connect_error
 from .state import DesiredState
 
 # SSH round trips per host: the connection (key exchange + auth), then this many commands.
@@ -499,10 +498,7 @@ def run_audit(inventory: Inventory, limit: list[str] | None = None, verbose: boo
     state.set_stage(StateStage.Connect)
     results = {e.name: HostAudit(e.name) for e in entries}
     try:
-        try:
-            connect_all(state)
-        except PyinfraError:
-            pass  # every host failed; explained below
+        connect_hosts(state, entries, errors)
 
         def probe(host):
             began = time.monotonic()

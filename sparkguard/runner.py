@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -35,6 +36,7 @@ class HostResult:
     changed: int = 0
     changed_names: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    skipped: int = 0
     node: NodeInfo | None = None
     # Per-role facts for the operator (Role.describe): e.g. {"guard": "nohang 0.2.0", ...}.
     described: dict[str, str] = field(default_factory=dict)
@@ -111,6 +113,12 @@ def explain_connect_error(entry: InventoryHost, message: str) -> str:
             f"Fetch it with `ssh-keyscan -p {cfg.ssh_port} {cfg.ssh_host}`, compare its fingerprint with the "
             f"node's console, append it to {known_hosts}, and run again"
         )
+    elif "private key" in message.lower():
+        advice = (
+            f"the SSH key for '{cfg.ssh_user}' could not be loaded ({message}). Check ssh_key "
+            f"({cfg.ssh_key or 'agent/default keys'}) in the inventory: a readable private key, unencrypted or in "
+            f"the agent"
+        )
     elif "authentication" in message.lower():
         advice = (
             f"SSH authentication as '{cfg.ssh_user}' failed ({message}). Check ssh_user and ssh_key "
@@ -152,10 +160,7 @@ def run_deploy(inventory: Inventory, deploy_factory: Callable[[], Callable[[], N
     state.add_callback_handler(errors)
 
     state.set_stage(StateStage.Connect)
-    try:
-        connect_all(state)
-    except PyinfraError:
-        pass  # "No hosts remaining!": every host failed; explained below
+    connect_hosts(state, entries, errors)
     try:
         if errors.errors:
             raise ConnectError("\n\n".join(
@@ -179,6 +184,55 @@ def run_deploy(inventory: Inventory, deploy_factory: Callable[[], Callable[[], N
     finally:
         state.set_stage(StateStage.Disconnect)
         disconnect_all(state)
+
+
+def connection_problems(entries: list[InventoryHost]) -> list[Problem]:
+    """What can be known wrong before dialing: a key or known_hosts file that is not there (exit 2)."""
+    problems = []
+    for entry in entries:
+        cfg = entry.config
+        for field_name in ("ssh_key", "ssh_known_hosts_file"):
+            value = getattr(cfg, field_name)
+            if not value:
+                continue
+            path = Path(value).expanduser()
+            if field_name == "ssh_known_hosts_file" and not path.exists() and cfg.ssh_host_key_checking == "accept-new":
+                continue  # created on first use
+            if not path.is_file() or not os.access(path, os.R_OK):
+                what = "not a readable file" if path.exists() else "no such file"
+                problems.append(Problem(entry.name, field_name, value,
+                                        f"{what} on this machine (relative paths are relative to the inventory "
+                                        f"directory); nothing was applied to any node",
+                                        entry.sources.get(field_name, "")))
+    return problems
+
+
+def connect_hosts(state: State, entries: list[InventoryHost], errors: "_ConnectErrors") -> None:
+    """Connect every host; a host that did not connect, for whatever reason, is in ``errors`` (fail closed).
+
+    pyinfra re-raises some connect failures (a key it cannot load) out of ``connect_all`` instead of
+    reporting them per host, and leaves the host merely inactive: never let that read as "ok".
+    """
+    import gevent
+
+    problems = connection_problems(entries)
+    if problems:
+        raise ConfigError(problems)
+    hub = gevent.get_hub()
+    stream, hub.exception_stream = hub.exception_stream, None   # no greenlet tracebacks on the terminal
+    failure = ""
+    try:
+        connect_all(state)
+    except PyinfraError as error:
+        failure = str(error)  # "No hosts remaining!" or the first host's own error
+    except Exception as error:  # noqa: BLE001 - a connector bug must still fail closed, with its message
+        failure = f"{type(error).__name__}: {error}"
+    finally:
+        hub.exception_stream = stream
+    for entry in entries:
+        host = state.inventory.get_host(entry.name)
+        if not host.connected and entry.name not in errors.errors:
+            errors.errors[entry.name] = failure if failure and failure != "No hosts remaining!" else "did not connect"
 
 
 def describe_host(entry: InventoryHost, node: NodeInfo) -> dict[str, str]:
@@ -212,6 +266,7 @@ def _collect(state: State, entries: list[InventoryHost], dry: bool) -> ApplyResu
                     result.changed_names.append(name)
                 continue
             if not meta.is_complete():
+                result.skipped += 1
                 continue
             if meta.did_error():
                 detail = " ".join(line.strip() for line in meta.stderr_lines[-5:] if line.strip())
@@ -221,6 +276,11 @@ def _collect(state: State, entries: list[InventoryHost], dry: bool) -> ApplyResu
                 result.changed_names.append(name)
         if (failed_before or host in state.failed_hosts) and not result.errors:
             result.errors.append("host failed during the run (see -v output)")
+        # Fail closed: a host on which nothing ran, or less than was planned, is not "ok".
+        if result.operations == 0:
+            result.errors.append("no operation was planned or run on this host: it was not applied")
+        elif result.skipped and not result.errors:
+            result.errors.append(f"{result.skipped} of {result.operations} planned operations did not run")
         if result.errors:
             result.errors.append(
                 "Operations listed as changed were applied; the rest were not. Fix the error and apply again."
