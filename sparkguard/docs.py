@@ -17,10 +17,19 @@ _LIMIT_WORDS = {"gt": ">", "ge": ">=", "lt": "<", "le": "<=", "min_length": "min
 
 def _type_name(annotation: Any) -> str:
     origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        from .settings import KIND_LABELS
+
+        base, *meta = typing.get_args(annotation)
+        pattern = next((getattr(m, "pattern", None) for m in meta if getattr(m, "pattern", None)), None)
+        return f"{_type_name(base)} ({KIND_LABELS[pattern]})" if pattern in KIND_LABELS else _type_name(base)
     if origin is typing.Literal:
         return " / ".join(f"`{value}`" for value in typing.get_args(annotation))
     if origin in (typing.Union, types.UnionType):
         return " or ".join(_type_name(arg) for arg in typing.get_args(annotation))
+    if origin is tuple:
+        args = typing.get_args(annotation)
+        return f"tuple[{_type_name(args[0])}, ...]" if len(args) == 2 and args[1] is Ellipsis else str(annotation)
     if origin is not None:
         return str(annotation).replace("typing.", "")
     return "none" if annotation is type(None) else getattr(annotation, "__name__", str(annotation))
@@ -35,13 +44,21 @@ def _rows(model: type[BaseModel], prefix: str) -> list[str]:
             continue
         extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
         default = "(required)" if info.is_required() else repr(info.get_default(call_default_factory=True))
-        limits = ", ".join(f"{_LIMIT_WORDS.get(k, k)} {v}" for m in info.metadata if dataclasses.is_dataclass(m)
-                           for k, v in dataclasses.asdict(m).items())
+        limits = ", ".join(_limit(k, v) for m in info.metadata if dataclasses.is_dataclass(m)
+                           for k, v in dataclasses.asdict(m).items() if v is not None)
         rows.append(
             f"| `{prefix}{name}` | {_type_name(annotation)} | `{default}` | {extra.get('unit', '')} | "
             f"{(info.description or '').replace('|', '/')}{' Limits: ' + limits + '.' if limits else ''} |"
         )
     return rows
+
+
+def _limit(key: str, value: Any) -> str:
+    from .settings import KIND_LABELS
+
+    if key == "pattern":
+        return KIND_LABELS.get(value) or f"pattern `{value}`".replace("|", "\\|")
+    return f"{_LIMIT_WORDS.get(key, key)} {value}"
 
 
 def settings_reference() -> str:

@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import create_model
 
-from .settings import Settings, required, setting
+from .settings import HostName, Settings, Word, required, setting
 
 DeviceProfile = Literal["auto", "dgx-spark", "gh200", "jetson", "amd-apu", "discrete", "cpu-only"]
 
@@ -37,9 +37,9 @@ class NodeSettings(Settings):
 class ConnectionSettings(Settings):
     """How the operator's machine reaches the node (never written to the node)."""
 
-    ssh_host: str = required("Address of the node's management interface (IP or DNS name).", min_length=1)
+    ssh_host: HostName = required("Address of the node's management interface (IP or DNS name).", min_length=1)
     ssh_port: int = setting(22, "SSH port.", ge=1, le=65535)
-    ssh_user: str = setting("root", "SSH user; a non-root user needs passwordless sudo and `sudo: true`.", min_length=1)
+    ssh_user: Word = setting("root", "SSH user; a non-root user needs passwordless sudo and `sudo: true`.", min_length=1)
     ssh_key: str | None = setting(None, "Private key file (relative paths are relative to the inventory).")
     ssh_known_hosts_file: str | None = setting(
         None, "known_hosts file to check host keys against (relative to the inventory); default ~/.ssh/known_hosts."

@@ -16,6 +16,7 @@ scalars replace.
 from __future__ import annotations
 
 import difflib
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -143,6 +144,20 @@ def _copy(value: Any) -> Any:
     return value
 
 
+# Host and group names become directory names (render's OUT/<host>, host_vars/<host>.yml): nothing that
+# could climb out of a directory, start an option, or need quoting.
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
+NAME_RULE = ("letters, digits, '.', '_' and '-', starting with a letter or digit, at most 63 characters "
+             "(no '/', no '..', no leading '-')")
+
+
+def name_problem(name: Any) -> str | None:
+    """Why a host or group name is refused, or None."""
+    if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name) or ".." in name:
+        return f"not a valid name: {NAME_RULE}"
+    return None
+
+
 class _Loader:
     """Walks hosts.yml and the *_vars directories, keeping where each value came from."""
 
@@ -171,11 +186,34 @@ class _Loader:
             top = dict(top)
             top["children"] = {**(top.get("children") or {}), **others}
         self._walk_group("all", top, depth=0, parents=())
+        self._unknown_vars_files()
+
+    def _unknown_vars_files(self) -> None:
+        """A vars file no group or host reads is a typo or a wrong layout: say so instead of ignoring it."""
+        for folder, known, what in (("group_vars", self.group_layers, "group"), ("host_vars", self.host_groups, "host")):
+            directory = self.root / folder
+            if not directory.is_dir():
+                continue
+            for entry in sorted(directory.iterdir()):
+                name = entry.name[:-4] if entry.name.endswith(".yml") and entry.is_file() else None
+                if name is not None and name in known:
+                    continue
+                if name is None:
+                    allowed = (f"only {folder}/<{what}>.yml files are read (not .yaml, not directories): rename or "
+                               f"move it, or it would be silently ignored")
+                else:
+                    hint = _did_you_mean(name, list(known))
+                    allowed = f"no {what} named '{name}' in {self.display}{hint}: its settings would apply to nothing"
+                self._problem("", folder, entry.name, allowed, _display(entry))
 
     def _problem(self, host: str, path: str, value: Any, allowed: str, source: str | None = None) -> None:
         self.problems.append(Problem(host, path, value, allowed, source or self.display))
 
     def _walk_group(self, name: str, body: Any, depth: int, parents: tuple[str, ...]) -> None:
+        reason = name_problem(name)
+        if reason:
+            self._problem("", "group", name[:80] if isinstance(name, str) else name, reason)
+            return
         if body is None:
             body = {}
         if not isinstance(body, dict):
@@ -210,7 +248,10 @@ class _Loader:
             self._problem("", f"group {name}.hosts", hosts, "hosts must be a mapping of host name: vars")
             hosts = {}
         for host, host_vars in hosts.items():
-            host = str(host)
+            reason = name_problem(host)
+            if reason:
+                self._problem("", "host", host[:80] if isinstance(host, str) else host, reason)
+                continue
             for group in lineage:
                 groups = self.host_groups.setdefault(host, [])
                 if group not in groups:
@@ -231,7 +272,7 @@ class _Loader:
             self._problem("", f"group {name}.children", children, "children must be a mapping of group name: group")
             return
         for child, child_body in children.items():
-            self._walk_group(str(child), child_body, depth + 1, lineage)
+            self._walk_group(child if isinstance(child, str) else repr(child), child_body, depth + 1, lineage)
 
     def layers_for(self, host: str) -> list[tuple[str, dict]]:
         groups = sorted(self.host_groups.get(host, ["all"]), key=lambda g: (self.group_depth.get(g, 0), g))
@@ -301,6 +342,13 @@ def problems_from_validation(host: str, error: ValidationError, model: type[Base
             problems.append(Problem(host, dotted, item["input"], allowed, source))
         elif kind == "missing":
             problems.append(Problem(host, dotted, MISSING, f"is required{_describe(info)}", source))
+        elif kind == "string_pattern_mismatch":
+            from .settings import KIND_LABELS
+
+            pattern = (item.get("ctx") or {}).get("pattern", "")
+            what = KIND_LABELS.get(pattern) or f"a string matching {pattern}"
+            problems.append(Problem(host, dotted, item.get("input"), f"not allowed: must be {what}{_describe(info)}",
+                                    source))
         else:
             message = item["msg"]
             problems.append(Problem(host, dotted, item.get("input"), f"not allowed: {message}{_describe(info)}", source))

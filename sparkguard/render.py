@@ -57,6 +57,20 @@ def _summary(states: list[DesiredState]) -> dict:
     }
 
 
+def _inside(root: Path, path: Path, host: str, what: str) -> Path:
+    """``path`` if it stays under ``root`` (lexically: no '..', no absolute part), else a ConfigError.
+
+    Render runs on a reviewer's machine against a pull request's inventory: nothing it writes or
+    deletes may land outside --out, whatever a host name or a managed path says.
+    """
+    import os
+
+    normal = Path(os.path.normpath(path))
+    if normal == root or root not in normal.parents:
+        raise ConfigError([Problem(host, "render", what, f"would be written outside {root}; refused")])
+    return normal
+
+
 def render_inventory(inventory: Inventory, out: Path) -> list[Path]:
     """Write the render; return the paths written (sorted)."""
     missing = [
@@ -68,19 +82,22 @@ def render_inventory(inventory: Inventory, out: Path) -> list[Path]:
     if missing:
         raise ConfigError(missing)
     out.mkdir(parents=True, exist_ok=True)
+    root = out.resolve()
     written: list[Path] = []
     for entry in sorted(inventory.hosts, key=lambda h: h.name):
-        host_dir = out / entry.name
-        if host_dir.exists():
-            shutil.rmtree(host_dir)
+        host_dir = _inside(root, root / entry.name, entry.name, "host name")
         states = host_states(entry)
-        for state in states:
-            for managed in state.files:
-                target = host_dir / managed.path.lstrip("/")
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_text(SECRET_PLACEHOLDER if managed.secret else managed.content)
-                written.append(target)
-        summary = out / f"{entry.name}.state.yml"
+        targets = [(managed, _inside(host_dir, host_dir / managed.path.lstrip("/"), entry.name, managed.path))
+                   for state in states for managed in state.files]
+        if host_dir.is_symlink():
+            host_dir.unlink()
+        elif host_dir.exists():
+            shutil.rmtree(host_dir)
+        for managed, target in targets:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(SECRET_PLACEHOLDER if managed.secret else managed.content)
+            written.append(target)
+        summary = root / f"{entry.name}.state.yml"
         summary.write_text(yaml.safe_dump(_summary(states), sort_keys=True, default_flow_style=False))
         written.append(summary)
     return sorted(written)

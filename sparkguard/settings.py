@@ -8,9 +8,9 @@ nothing is written twice.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 
 def setting(default: Any, doc: str, unit: str | None = None, **constraints: Any) -> Any:
@@ -37,3 +37,44 @@ class Settings(BaseModel):
     """Base for every settings block: unknown keys are typos, not extensions."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+
+# ---------------------------------------------------------------- string kinds
+# Every string setting that reaches a unit file, a shell script, a command line or a path on
+# the node is one of these kinds, declared on the field (one place). The patterns admit no
+# whitespace, no newline or NUL, no quote, backslash, backtick, `$`, `;`, `&`, `<` or `>`: a value
+# can never add a directive, a word or a command wherever it is written. Free text (Text) only
+# ever lands in JSON or YAML, encoded. tests/unit/test_hostile_values.py sends metacharacters
+# through every string setting.
+
+
+KIND_LABELS: dict[str, str] = {}
+"""pattern -> what it admits, in words (the settings reference shows this instead of the regex)."""
+
+
+def _kind(pattern: str, max_length: int = 255, label: str = "") -> Any:
+    KIND_LABELS[pattern] = label
+    return Annotated[str, StringConstraints(pattern=pattern, max_length=max_length)]
+
+
+NodePath = _kind(r"^(/[A-Za-z0-9_+@-][A-Za-z0-9._+@-]*)+$", 4096, "an absolute path on the node (letters, digits, _ + @ - . ; no . or .. or hidden parts)")
+"""An absolute path on the node: no '.' or '..' component, no hidden component, no '/' alone."""
+ImageRef = _kind(r"^[a-z0-9][a-z0-9.-]*(:[0-9]{1,5})?(/[a-z0-9][a-z0-9._-]*)*"
+                 r"(:[A-Za-z0-9_][A-Za-z0-9._-]{0,127})?(@sha256:[0-9a-f]{64})?$",
+                 label="an image reference [registry[:port]/]name[:tag][@sha256:digest]")
+"""A container image reference: [registry[:port]/]name[:tag][@sha256:digest]."""
+HostName = _kind(r"^([A-Za-z0-9][A-Za-z0-9.-]*|[0-9A-Fa-f:.]+)$", 253, "a DNS name or an IP address")
+"""A DNS name or an IPv4/IPv6 address."""
+Duration = _kind(r"^([0-9]+(ms|s|m|h|d|w|y))+$", 32, "a duration such as 15s, 30d, 1h30m")
+"""A Prometheus duration such as 15s, 30d or 1h30m."""
+ByteSize = _kind(r"^[0-9]+(B|KB|MB|GB|TB|PB|EB)$", 32, "a size such as 10GB")
+"""A Prometheus byte size such as 10GB."""
+Word = _kind(r"^[A-Za-z0-9_][A-Za-z0-9_.@+-]*$", 64, "a name (letters, digits, _ . @ + -)")
+"""A name: a user, a metric set, an option."""
+UnitPattern = _kind(r"^[A-Za-z0-9_.*+?@:|()\[\]^-]+$", 128, "a unit-name regex (letters, digits, _ . * + ? @ : ( ) [ ] ^ - and alternation)")
+"""An RE2 fragment matching systemd unit names."""
+ModelRef = _kind(r"^(([A-Za-z0-9][A-Za-z0-9._-]*/)?[A-Za-z0-9][A-Za-z0-9._-]*|(/[A-Za-z0-9_+@-][A-Za-z0-9._+@-]*)+)$",
+                    label="a Hugging Face repo id (org/name) or an absolute path on the node")
+"""A Hugging Face repo id (org/name) or an absolute path on the node."""
+Text = _kind(r"^[^\x00-\x1f\x7f]*$", 500, "one line of text (no control characters)")
+"""Free text on one line (no control characters); only ever written JSON- or YAML-encoded."""

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from typing import Literal
 
-from sparkguard.settings import Settings, setting
+from sparkguard.settings import Settings, Text, setting
 
 
 class TrainingJob(Settings):
     """The training job planned on this host: a measured peak, or a job spec sparkguard estimates."""
 
-    name: str = setting("training", "Label for the job in plan output and messages.", min_length=1)
+    name: Text = setting("training", "Label for the job in plan output and messages.", min_length=1)
     peak_gib: float | None = setting(
         None,
         "Measured peak of the job as the NODE saw it (drop of MemAvailable from before start to the lowest"

@@ -64,7 +64,10 @@ PROTECTED_NAMES = (
     "dockerd",
 )
 
-FORBIDDEN = re.compile(r"[\\'\"\s]")
+# What a name fragment may contain: regex syntax and comm characters, nothing a shell, systemd's
+# EnvironmentFile or nohang's config parser would treat specially (no $, `, ;, &, <, >, quotes,
+# backslashes, whitespace, '///').
+ALLOWED = re.compile(r"[A-Za-z0-9_.:@+\-\[\]()|^*?{},]+")
 
 
 def alternation(names: tuple[str, ...]) -> str:
@@ -88,9 +91,10 @@ def fragment_problem(fragment: str) -> str | None:
     """Why a user-supplied name fragment cannot be used, or None."""
     if not fragment:
         return "an empty name would match every process"
-    if FORBIDDEN.search(fragment):
-        return ("must not contain backslashes, quotes or spaces (systemd's EnvironmentFile eats backslashes);"
-                " write a literal dot as [.]")
+    if not ALLOWED.fullmatch(fragment) or "//" in fragment:
+        return ("may contain only letters, digits and _ . : @ + - [ ] ( ) | ^ * ? { } , (no $, quotes,"
+                " backslashes, spaces or shell characters: it reaches earlyoom's EnvironmentFile and nohang's"
+                " config); write a literal dot as [.]")
     try:
         re.compile(fragment)
     except re.error as error:

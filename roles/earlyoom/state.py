@@ -114,7 +114,9 @@ def earlyoom_guard(settings: EarlyoomSettings, total: int | None, paths: dict) -
         ManagedFile(CHECKER, render_template("earlyoom/check.sh.j2"), mode="0755", validate="sh -n {path}"),
         ManagedFile(DROPIN, render_template("earlyoom/dropin.conf.j2", unit="earlyoom.service",
                                             **{**paths, "marks_dir": None})),
-        ManagedFile(DEFAULTS_FILE, defaults, validate=f"{CHECKER} {{path}}"),
+        # The checker gets the arguments as words, never by sourcing the file (no inventory value is evaluated).
+        ManagedFile(DEFAULTS_FILE, defaults,
+                    validate=f"{CHECKER} {{path}} " + " ".join(shlex.quote(a) for a in args)),
     )
     return ("earlyoom",), files, (Service("earlyoom.service", restart_on=(DEFAULTS_FILE, DROPIN, NOTIFY)),)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from sparkguard.settings import Settings, setting
+from sparkguard.settings import ByteSize, Duration, ImageRef, UnitPattern, Word, Settings, setting
 
 
 class NodeExporterSettings(Settings):
@@ -20,7 +20,7 @@ class NodeExporterSettings(Settings):
     listen_address: str = setting(
         "", "HOST:PORT node_exporter listens on. Empty = the node's ssh_host on port 9100 (its management"
         " interface). Never defaults to all interfaces.")
-    systemd_units: tuple[str, ...] = setting(
+    systemd_units: tuple[UnitPattern, ...] = setting(
         ("earlyoom", "nohang", "ssh", "prometheus.*", "sparkguard-.*"),
         "Unit name patterns (RE2, without the .service/.timer/... suffix) the systemd collector reports."
         " EarlyoomDown reads the guard's unit (earlyoom.service or nohang.service) from it; everything else would be thousands of useless series.")
@@ -40,12 +40,12 @@ class PrometheusSettings(Settings):
         " prometheus.node_targets at it (a Prometheus on the node it watches dies with it: NodeExporterDown"
         " can only fire from elsewhere).")
     listen_address: str = setting("", "HOST:PORT of Prometheus' web/API. Empty = the node's ssh_host on port 9090.")
-    scrape_interval: str = setting(
+    scrape_interval: Duration = setting(
         "15s", "Scrape interval (Prometheus duration). The alert rules' rate() windows assume <= 1m.")
-    evaluation_interval: str = setting("15s", "Rule evaluation interval (Prometheus duration).")
-    retention_time: str = setting(
+    evaluation_interval: Duration = setting("15s", "Rule evaluation interval (Prometheus duration).")
+    retention_time: Duration = setting(
         "30d", "--storage.tsdb.retention.time: keep samples this long (an incident is read days later).")
-    retention_size: str = setting(
+    retention_size: ByteSize = setting(
         "10GB", "--storage.tsdb.retention.size: cap on the TSDB (B, KB, MB, GB, TB); the oldest blocks go first.")
     node_targets: tuple[str, ...] = setting(
         (), "HOST:PORT node_exporters to scrape (job node). Empty = this node's own node_exporter.")
@@ -74,13 +74,13 @@ class CadvisorSettings(Settings):
         None, "Run cAdvisor (docker container as a systemd unit). Empty = on when node.device_profile is"
         " dgx-spark (DGX OS ships Docker), off otherwise. Needs /usr/bin/docker on the node: the unit refuses"
         " to install without it.")
-    image: str = setting("ghcr.io/google/cadvisor:v0.53.0", "Pinned cAdvisor image (ghcr.io from v0.53 on).",
+    image: ImageRef = setting("ghcr.io/google/cadvisor:v0.53.0", "Pinned cAdvisor image (ghcr.io from v0.53 on).",
                          min_length=1)
     listen_address: str = setting("", "HOST:PORT cAdvisor listens on (host network). Empty = the node's ssh_host"
                                   " on port 8080.")
-    housekeeping_interval: str = setting(
+    housekeeping_interval: Duration = setting(
         "10s", "--housekeeping_interval (upstream default 1s costs a core on a busy node).")
-    disable_metrics_extra: tuple[str, ...] = setting(
+    disable_metrics_extra: tuple[Word, ...] = setting(
         ("network", "tcp", "udp", "advtcp"),
         "Metric sets disabled on top of cAdvisor's own defaults (the flag REPLACES the default list, so"
         " sparkguard repeats it). network: host-network containers would all report the host NIC's totals.")
@@ -100,8 +100,8 @@ class AlertmanagerSettings(Settings):
     email_to: str = setting("", "Email receiver address (needs email_from and email_smarthost).")
     email_from: str = setting("", "Sender address for email notifications.")
     email_smarthost: str = setting("", "SMTP relay HOST:PORT for email notifications.")
-    group_wait: str = setting("30s", "How long to wait to batch the first notification of a group.")
-    repeat_interval: str = setting("4h", "Resend a still-firing alert this often.")
+    group_wait: Duration = setting("30s", "How long to wait to batch the first notification of a group.")
+    repeat_interval: Duration = setting("4h", "Resend a still-firing alert this often.")
 
 
 class GrafanaSettings(Settings):

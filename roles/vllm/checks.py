@@ -18,6 +18,21 @@ TOKEN = re.compile(r"^[A-Za-z0-9_.\-]+$")
 HIDDEN = "<hidden>"
 
 
+# Directories the cache may not be (nor lie directly in, for the kernel's own trees): chmod 0700 of
+# one of them, or mounting it into a container, would break the node or expose it.
+SYSTEM_DIRECTORIES = frozenset({
+    "/", "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/media", "/mnt", "/opt", "/proc",
+    "/root", "/run", "/sbin", "/srv", "/sys", "/tmp", "/usr", "/usr/bin", "/usr/lib", "/usr/local", "/usr/sbin",
+    "/var", "/var/lib", "/var/log", "/var/tmp", "/var/lib/docker", "/var/lib/sparkguard",
+})
+SYSTEM_TREES = ("/proc/", "/sys/", "/dev/", "/etc/", "/boot/", "/run/", "/usr/", "/bin/", "/sbin/", "/lib/")
+
+
+def system_directory(path: str) -> bool:
+    normal = path.rstrip("/") or "/"
+    return normal in SYSTEM_DIRECTORIES or normal.startswith(SYSTEM_TREES)
+
+
 def problems(config) -> Iterator[Problem]:
     settings = config.vllm
     if not settings.models:
@@ -46,6 +61,10 @@ def problems(config) -> Iterator[Problem]:
                                                    " the server under a running budget")
     elif not settings.native_binary.startswith("/"):
         yield Problem("", "vllm.native_binary", settings.native_binary, "must be an absolute path on the node")
+    if system_directory(settings.hf_cache_dir):
+        yield Problem("", "vllm.hf_cache_dir", settings.hf_cache_dir,
+                      "is a system directory: sparkguard makes the cache directory root-only (0700) and mounts it"
+                      " into the container; use a directory of its own, e.g. /var/lib/sparkguard/hf-cache or /srv/hf")
     if settings.hf_token_env and settings.hf_token_file:
         yield Problem("", "vllm.hf_token_file", settings.hf_token_file,
                       "set either hf_token_env or hf_token_file, not both")

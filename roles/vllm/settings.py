@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from sparkguard.settings import Settings, required, setting
+from sparkguard.settings import HostName, ImageRef, ModelRef, NodePath, Settings, required, setting
 from sparkguard.victim_order import HOLDER_BASE_ADJ, SERVING_ADJ
 
 from .options import VLLM_VERSION
@@ -20,7 +20,7 @@ from .options import VLLM_VERSION
 class ServedModel(Settings):
     """One model served by one vLLM instance (`sparkguard-vllm@<name>.service`)."""
 
-    model: str = required(
+    model: ModelRef = required(
         "Hugging Face repo id or path on the node that vLLM loads (the `model` key of its config).", min_length=1)
     shape: str | None = setting(
         None,
@@ -78,15 +78,15 @@ class VllmSettings(Settings):
         "docker",
         "docker = run `image` with docker (NVIDIA container runtime); native = run `native_binary` directly"
         " (a venv's vllm).")
-    image: str | None = setting(
+    image: ImageRef | None = setting(
         None,
         "Pinned container image (runtime docker). Default by device profile: vllm/vllm-openai:v<pinned vLLM>"
         " on amd64 profiles; required on dgx-spark, gh200 and jetson (aarch64: the Docker Hub image of the"
         " pinned release is amd64-only), e.g. NVIDIA's nvcr.io/nvidia/vllm:25.11-py3 built for GB10. Pin a"
         " tag or digest, never `latest` (roles/vllm/images.py).", min_length=1)
-    native_binary: str = setting(
+    native_binary: NodePath = setting(
         "/opt/vllm/bin/vllm", "Absolute path of the `vllm` executable (runtime native).", min_length=1)
-    listen: str = setting(
+    listen: HostName = setting(
         "127.0.0.1", "Address the servers bind (`host`). Loopback by default: put a proxy with auth in front.",
         min_length=1)
     during_training: Literal["shrink", "stop", "keep"] = setting(
@@ -111,7 +111,7 @@ class VllmSettings(Settings):
         min_length=1)
     hf_token_file: str | None = setting(
         None, "File ON THE OPERATOR'S MACHINE holding the Hugging Face token (absolute or ~ path).", min_length=1)
-    hf_cache_dir: str = setting(
+    hf_cache_dir: NodePath = setting(
         "/var/lib/sparkguard/hf-cache", "Model cache on the node (mounted into the container).", min_length=1)
     models: dict[str, ServedModel] = setting(
         lambda: {}, "Served models by instance name (lowercase letters, digits, dashes): see docs/planner.md.")

@@ -56,11 +56,12 @@ def test_bad_monitoring_settings_exit_2(inventory_dir, extra, field, value):
     assert "Traceback" not in result.stderr
 
 
-def test_broken_ssh_host_as_default_listen_address_is_named(inventory_dir):
+def test_broken_ssh_host_is_refused_where_it_is_written(inventory_dir):
+    """It would otherwise become every default listen address: refused at ssh_host itself."""
     text = BASE.replace("    MONITORING\n", "").replace("{ssh_host: 192.0.2.11}", "{ssh_host: 'bad host!'}")
     result = run_cli("validate", str(inventory_dir(text)))
     assert result.returncode == 2
-    assert "monitoring.node_exporter.listen_address" in result.stderr and "ssh_host" in result.stderr
+    assert "field 'ssh_host' = 'bad host!'" in result.stderr and "a DNS name or an IP address" in result.stderr
 
 
 def test_disabled_role_is_not_checked(inventory_dir):
