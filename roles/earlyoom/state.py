@@ -176,7 +176,7 @@ def desired_state(ctx: RoleContext) -> DesiredState:
         role="earlyoom",
         # The ranking agent is a python3 script (DGX OS and Ubuntu ship python3; a minimal Debian may not).
         packages=packages + (("python3",) if ranking else ()),
-        directories=(Directory(SPOOL_DIR, mode="0733"),)
+        directories=(Directory(SPOOL_DIR, mode="1733"),)
         + ((Directory(MARKS_DIR, mode="0700"),) if choice.guard == "nohang" else ()),
         files=(
             ManagedFile(OOM_FIRST, render_template("earlyoom/oom-first.sh.j2"), mode="0755",

@@ -219,3 +219,32 @@ def test_action_with_kill_process_group_terms_the_whole_group(tmp_path):
         time.sleep(0.05)
     assert not Path(f"/proc/{worker}").exists() or "Z" in Path(f"/proc/{worker}/stat").read_text().split()[2]
     assert [e["signal"] for e in _events(spool)] == ["SIGTERM"]
+
+
+def test_collector_counts_only_the_guards_events_and_never_blocks(tmp_path):
+    """A local user can create files in the 1733 spool: a FIFO, a link or a forged event must not count or hang."""
+    spool, marks = tmp_path / "spool", tmp_path / "marks"
+    spool.mkdir()
+    marks.mkdir()
+    counts, textfile = tmp_path / "counts", tmp_path / "guard.prom"
+    script = tmp_path / "collect"
+    script.write_text(render_template("earlyoom/collect.sh.j2", spool_dir=str(spool), marks_dir=str(marks),
+                                      counts_file=str(counts), textfile=str(textfile), guard="nohang"))
+    script.chmod(0o755)
+    (spool / "1.1.event").write_text("pid=42\nuid=0\nname=python3\nsignal=SIGTERM\n")     # root: the guard
+    dynamic = spool / "2.2.event"
+    dynamic.write_text("pid=43\nuid=0\nname=llama-server\n")
+    os.chown(dynamic, 61200, 61200)                                                      # earlyoom's DynamicUser
+    forged = spool / "3.3.event"
+    forged.write_text("pid=1\nuid=0\nname=sshd\n")
+    os.chown(forged, 1000, 1000)                                                         # a local user
+    os.mkfifo(spool / "4.4.event")                                                       # would block a reader
+    (spool / "5.5.event").symlink_to("/etc/shadow")
+    (spool / "junk").write_text("x")
+    run = subprocess.run([str(script)], capture_output=True, text=True, timeout=20)
+    assert run.returncode == 0, run.stderr
+    prom = textfile.read_text()
+    assert "sparkguard_earlyoom_kills_all_total 2" in prom, prom
+    assert 'victim="python3"} 1' in prom and 'victim="llama-server"} 1' in prom and "sshd" not in prom
+    assert 'sparkguard_guard_info{guard="nohang"} 1' in prom
+    assert list(spool.iterdir()) == []          # nothing left: the path unit would re-fire on a non-empty spool
