@@ -106,15 +106,63 @@ def _no_duplicates(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool =
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicates)
 
 
-def _read_yaml(path: Path, display: str) -> Any:
+MAX_FILE_BYTES = 1 << 20
+MAX_DEPTH = 32
+
+
+def _refuse(display: str, allowed: str) -> ConfigError:
+    return ConfigError([Problem("", "", MISSING, allowed, source=display)])
+
+
+def _read_text(path: Path, display: str) -> str:
+    """The file as UTF-8 text, or a ConfigError that says what it is instead (never a traceback)."""
     try:
-        with path.open(encoding="utf-8") as handle:
-            return yaml.load(handle, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+        if not path.is_file():
+            raise _refuse(display, "is not a regular file")
+        with path.open("rb") as handle:
+            data = handle.read(MAX_FILE_BYTES + 1)
+    except OSError as error:
+        raise _refuse(display, f"cannot be read: {error.strerror or error}")
+    if len(data) > MAX_FILE_BYTES:
+        raise _refuse(display, f"is larger than {MAX_FILE_BYTES // 1024} KiB: not an inventory file")
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")) or b"\x00" in data:
+        raise _refuse(display, "is not UTF-8 text (UTF-16 or binary?): save it as UTF-8")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise _refuse(display, f"is not UTF-8 text (byte {error.start}): save it as UTF-8")
+
+
+def _check_events(text: str, display: str) -> None:
+    """Refuse aliases (a billion-laughs file expands to gigabytes) and absurd nesting, before loading."""
+    depth = 0
+    for event in yaml.parse(text, Loader=_StrictLoader):
+        if isinstance(event, yaml.AliasEvent):
+            mark = event.start_mark
+            raise _refuse(display, f"uses a YAML alias (*{event.anchor}) at line {mark.line + 1}: anchors and aliases "
+                                   f"are not supported in inventories; write the values out, or put shared ones in "
+                                   f"group vars")
+        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise _refuse(display, f"nests deeper than {MAX_DEPTH} levels at line {event.start_mark.line + 1}: "
+                                       f"not an inventory")
+        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            depth -= 1
+
+
+def _read_yaml(path: Path, display: str) -> Any:
+    text = _read_text(path, display)
+    try:
+        _check_events(text, display)
+        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc)
-        raise ConfigError([Problem("", "", MISSING, f"is not valid YAML{where}: {problem}", source=display)])
+        raise _refuse(display, f"is not valid YAML{where}: {problem}")
+    except (ValueError, RecursionError, TypeError) as exc:  # e.g. an integer of 5000 digits
+        raise _refuse(display, f"cannot be read as an inventory: {str(exc)[:200]}")
 
 
 def _deep_merge(target: dict, layer: dict, label: str, sources: dict[str, str], prefix: str = "") -> None:
@@ -181,7 +229,13 @@ class _Loader:
             return
         top = document.get("all") or {}
         others = {k: v for k, v in document.items() if k != "all"}
-        if others and isinstance(top, dict):
+        if "_meta" in document or (isinstance(top, dict) and isinstance(top.get("children"), list)):
+            self._problem("", "", "ansible-inventory --list output",
+                          "this is the JSON of `ansible-inventory --list`, not an inventory file: write hosts.yml in "
+                          "YAML inventory form (all: / children: / hosts:), or export with `ansible-inventory --list "
+                          "--yaml`")
+            return
+        if others and isinstance(top, dict) and isinstance(top.get("children") or {}, dict):
             # Top-level groups other than `all` are its children, as in Ansible.
             top = dict(top)
             top["children"] = {**(top.get("children") or {}), **others}
@@ -242,7 +296,7 @@ class _Loader:
                 self._problem("", "", data, "a group_vars file must be a mapping", _display(group_file))
 
         hosts = body.get("hosts") or {}
-        if isinstance(hosts, list):
+        if isinstance(hosts, list) and all(isinstance(h, str) for h in hosts):
             hosts = {h: None for h in hosts}
         if not isinstance(hosts, dict):
             self._problem("", f"group {name}.hosts", hosts, "hosts must be a mapping of host name: vars")

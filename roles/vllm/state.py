@@ -48,8 +48,13 @@ def read_token(settings: VllmSettings) -> str | None:
     if settings.hf_token_env:
         return os.environ.get(settings.hf_token_env) or None
     if settings.hf_token_file:
+        path = Path(settings.hf_token_file).expanduser()
         try:
-            return Path(settings.hf_token_file).expanduser().read_text().strip() or None
+            if not path.is_file():   # /dev/zero, a FIFO, a directory: never read
+                return None
+            with path.open("rb") as handle:
+                data = handle.read(4097)
+            return data[:4096].decode("utf-8", errors="replace").strip() or None if len(data) <= 4096 else None
         except OSError:
             return None
     return None
