@@ -389,6 +389,10 @@ def problems_from_validation(host: str, error: ValidationError, model: type[Base
         owner, info = _model_at(model, loc)
         source = _source_for(dotted, sources) or default_source
         kind = item["type"]
+        from .settings import SECRET_PLACEHOLDER, is_secret
+
+        if is_secret(info):
+            item = {**item, "input": SECRET_PLACEHOLDER}
         if kind == "extra_forbidden":
             allowed_keys = sorted(owner.model_fields) if owner else []
             hint = _did_you_mean(loc[-1], allowed_keys)

@@ -13,7 +13,10 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 
-def setting(default: Any, doc: str, unit: str | None = None, **constraints: Any) -> Any:
+SECRET_PLACEHOLDER = "<secret>"
+
+
+def setting(default: Any, doc: str, unit: str | None = None, secret: bool = False, **constraints: Any) -> Any:
     """Declare a setting.
 
     Example::
@@ -21,10 +24,41 @@ def setting(default: Any, doc: str, unit: str | None = None, **constraints: Any)
         term_percent: float = setting(8.0, "SIGTERM below this much available memory.",
                                       unit="% of MemTotal", gt=0, le=50)
     """
-    extra = {"unit": unit} if unit else None
+    extra = {**({"unit": unit} if unit else {}), **({"secret": True} if secret else {})} or None
     if callable(default) and not isinstance(default, type):
         return Field(default_factory=default, description=doc, json_schema_extra=extra, **constraints)
     return Field(default, description=doc, json_schema_extra=extra, **constraints)
+
+
+def is_secret(info: Any) -> bool:
+    extra = getattr(info, "json_schema_extra", None)
+    return isinstance(extra, dict) and bool(extra.get("secret"))
+
+
+def masked_dump(model: BaseModel, **dump: Any) -> dict:
+    """``model_dump(mode="json")`` with every secret setting (``secret=True``) that is set replaced by a placeholder.
+
+    Whatever the node or a reviewer can read (node.json, renders, --json, errors) carries the
+    placeholder; only the one file that needs the secret gets the value.
+    """
+    data = model.model_dump(mode="json", **dump)
+    _mask(model, data)
+    return data
+
+
+def _mask(model: BaseModel, data: dict) -> None:
+    for name, info in type(model).model_fields.items():
+        if name not in data:
+            continue
+        value = getattr(model, name)
+        if is_secret(info) and data[name]:
+            data[name] = SECRET_PLACEHOLDER
+        elif isinstance(value, BaseModel) and isinstance(data[name], dict):
+            _mask(value, data[name])
+        elif isinstance(value, dict) and isinstance(data[name], dict):
+            for key, item in value.items():
+                if isinstance(item, BaseModel) and isinstance(data[name].get(key), dict):
+                    _mask(item, data[name][key])
 
 
 def required(doc: str, unit: str | None = None, **constraints: Any) -> Any:

@@ -8,6 +8,7 @@ from sparkguard import __version__
 from sparkguard.role import RoleContext
 from sparkguard.layout import CONFIG_DIR, LIB_DIR, NODE_JSON, STATE_DIR, SYSCTL_CHECK, TEXTFILE_DIR
 from sparkguard.state import DesiredState, Directory, ManagedFile
+from sparkguard.settings import masked_dump
 from sparkguard.templating import render_template
 
 
@@ -17,7 +18,7 @@ def node_document(ctx: RoleContext) -> dict:
     Connection settings stay on the operator's side: a node has no business
     knowing how the laptop reaches it.
     """
-    settings = ctx.config.model_dump(mode="json", exclude=set(ctx.config.connection_fields()))
+    settings = masked_dump(ctx.config, exclude=set(ctx.config.connection_fields()))
     return {
         "schema": 1,
         "host": ctx.host,

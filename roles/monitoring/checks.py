@@ -105,7 +105,7 @@ def _alerting(settings) -> Iterator[Problem]:
         try:
             check_url(am.webhook_url)
         except ValueError as error:
-            yield Problem("", "monitoring.alertmanager.webhook_url", am.webhook_url, str(error))
+            yield Problem("", "monitoring.alertmanager.webhook_url", "<secret>", f"{error} (the URL is a credential: not repeated here)")
     if am.email_to or am.email_from or am.email_smarthost:
         for field in ("email_to", "email_from"):
             if not _EMAIL.match(getattr(am, field)):

@@ -96,7 +96,9 @@ class AlertmanagerSettings(Settings):
                                   " 9093. Clustering is off.")
     external_urls: tuple[str, ...] = setting(
         (), "Alertmanager base URLs (http(s)://host:port[/prefix]) for mode external.")
-    webhook_url: str = setting("", "Webhook receiver URL (Slack/Matrix bridge, ntfy, PagerDuty events...).")
+    webhook_url: str = setting("", "Webhook receiver URL (Slack/Matrix bridge, ntfy, PagerDuty events...). A credential:"
+                               " only alertmanager.yml (0640) holds it; node.json, renders and errors show <secret>.",
+                               secret=True)
     email_to: str = setting("", "Email receiver address (needs email_from and email_smarthost).")
     email_from: str = setting("", "Sender address for email notifications.")
     email_smarthost: str = setting("", "SMTP relay HOST:PORT for email notifications.")

@@ -147,3 +147,21 @@ def test_hostile_values_are_refused_or_inert(tmp_path, monkeypatch, path, many):
     if path in ("ssh_host", "vllm.image", "vllm.hf_cache_dir", "vllm.native_binary", "earlyoom.prefer_extra",
                 "earlyoom.avoid_extra", "vllm.models.model"):
         assert accepted == [], f"{path} must refuse every hostile value, accepted {accepted}"
+
+
+def test_a_secret_setting_never_reaches_a_render_or_an_error(tmp_path, monkeypatch):
+    """The Alertmanager webhook URL is a credential: only alertmanager.yml on the node may hold it."""
+    monkeypatch.setenv("HF_TOKEN", "hf_dummy")
+    url = "https://alerts.example.org/hooks/s3cr3t-token"
+    inventory = _inventory(tmp_path, "monitoring.alertmanager.webhook_url", url)
+    out = tmp_path / "render"
+    render_inventory(load_inventory(inventory), out)
+    assert _occurrences(out, "s3cr3t-token") == []
+    node = json.loads((out / "spark-01" / "etc" / "sparkguard" / "node.json").read_text())
+    assert node["settings"]["monitoring"]["alertmanager"]["webhook_url"] == "<secret>"
+    with pytest.raises(ConfigError) as caught:
+        load_inventory(_inventory(tmp_path, "monitoring.alertmanager.webhook_url", "ftp://s3cr3t-token"))
+    assert "s3cr3t-token" not in "\n".join(p.paragraph() for p in caught.value.problems)
+    with pytest.raises(ConfigError) as caught:
+        load_inventory(_inventory(tmp_path, "monitoring.alertmanager.webhook_url", ["s3cr3t-token"]))
+    assert "s3cr3t-token" not in "\n".join(p.paragraph() for p in caught.value.problems)
