@@ -149,8 +149,12 @@ def guard_runs(guard: str, runs: int, launches: list[str], idle_s: float) -> Non
     with booted_nodes(1, net, release=release) as (state, inventory):
         handle = SandboxHandle(state, inventory, sandbox.Sandbox.load(state).nodes)
         assert run_deploy(load_inventory(write_inventory(handle, "idle-inv", extra.rstrip(", "))), site_deploy).ok
-        version = handle.ssh("node-1", f"{'earlyoom -v 2>&1' if unit == 'earlyoom' else 'nohang -v'} | head -n1")[1]
+        version = unit + " " + handle.ssh("node-1", f"dpkg-query -W -f '${{Version}}' {unit}")[1].strip()
         idle = idle_cpu_s_per_hour(handle, f"{unit}.service", idle_s)
+        if runs == 0:
+            print(f"{release:9} {guard:13} {version[:16]:16} {'(idle only)':28} {'-':14} {'-':>18} {'-':>8} "
+                  f"{'-':>14} {'-':6} {idle:>9.2f} -", flush=True)
+            return
         total = meminfo_kib("MemTotal")
         at = ReplayPlan(total, 0)
         target = int(0.45 * total) + at.bystander_mib * 1024 + at.term_after_bytes // 1024

@@ -32,3 +32,12 @@ def _environment() -> jinja2.Environment:
 def render_template(name: str, **context: Any) -> str:
     """Render ``templates/<name>``; the header comment comes from the template."""
     return _environment().get_template(name).render(**context)
+
+
+def sandbox(writable: tuple[str, ...], caps: str, devices: bool = False) -> str:
+    """The [Service] sandbox of one of sparkguard's own root services (templates/base/sandbox.conf.j2).
+
+    One block for every role's helper units, so their confinement cannot drift apart; each unit's
+    exposure is held by tests/unit/test_unit_security.py against docs/security.md.
+    """
+    return render_template("base/sandbox.conf.j2", writable=writable, caps=caps, devices=devices)

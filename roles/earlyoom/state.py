@@ -11,7 +11,7 @@ from sparkguard.layout import (BIN_DIR, CONFIG_DIR, LIB_DIR, SERVING_UNIT_PREFIX
                                TRAINING_JOB_PREFIX, dropin_path, unit_path)
 from sparkguard.role import RoleContext
 from sparkguard.state import DesiredState, Directory, Ensure, ManagedFile, Service
-from sparkguard.templating import render_template
+from sparkguard.templating import render_template, sandbox
 
 from . import gpu_ranking
 from .guard import GuardChoice, choose_guard
@@ -90,7 +90,9 @@ def ranking_files(settings: EarlyoomSettings, serving_adj: int) -> tuple[Managed
         ManagedFile(RANKING_CONFIG, ranking_config(settings, serving_adj),
                     validate="python3 -c \"import json, sys; json.load(open(sys.argv[1]))\" {path}"),
         ManagedFile(unit_path(RANKING_UNIT), render_template(
-            "earlyoom/gpu-ranking.service.j2", agent=RANKING_AGENT, config=RANKING_CONFIG),
+            "earlyoom/gpu-ranking.service.j2", agent=RANKING_AGENT, config=RANKING_CONFIG,
+            sandbox=sandbox(("/run/sparkguard", TEXTFILE_DIR), "CAP_DAC_OVERRIDE CAP_DAC_READ_SEARCH CAP_SYS_PTRACE",
+                            devices=True)),
             validate="systemd-analyze verify {path}"),
     )
 
@@ -163,7 +165,7 @@ def desired_state(ctx: RoleContext) -> DesiredState:
     total = ctx.node.memory_total_bytes
     choice = choose_guard(settings, ctx.node.live)
     paths = {"spool_dir": SPOOL_DIR, "collector": COLLECTOR, "counts_file": COUNTS_FILE, "textfile": TEXTFILE,
-             "guard": choice.guard, "marks_dir": MARKS_DIR}
+             "guard": choice.guard, "marks_dir": MARKS_DIR, "collector_unit": KILLS_SERVICE_UNIT}
     # Serving's band is the vllm role's oom_score_adj (one value, wherever a server runs).
     serving_adj = ctx.settings("vllm").oom_score_adj
     if choice.guard == "nohang":
@@ -183,7 +185,10 @@ def desired_state(ctx: RoleContext) -> DesiredState:
                         validate="sh -n {path}"),
             ManagedFile(COLLECTOR, render_template("earlyoom/collect.sh.j2", **paths), mode="0755",
                         validate="sh -n {path}"),
-            ManagedFile(unit_path(KILLS_SERVICE_UNIT), render_template("earlyoom/kills.service.j2", **paths),
+            ManagedFile(unit_path(KILLS_SERVICE_UNIT), render_template(
+                "earlyoom/kills.service.j2", **paths,
+                # Reads what others may drop into the spool: confined to the spool, its counts and the textfile.
+                sandbox=sandbox((SPOOL_DIR, MARKS_DIR, STATE_DIR, TEXTFILE_DIR), "CAP_DAC_OVERRIDE CAP_FOWNER")),
                         validate="systemd-analyze verify {path}"),
             ManagedFile(unit_path(KILLS_PATH_UNIT), render_template("earlyoom/kills.path.j2", **paths),
                         validate="systemd-analyze verify {path}"),

@@ -9,7 +9,7 @@ from sparkguard import layout
 from sparkguard.layout import CONFIG_DIR, LIB_DIR, TEXTFILE_DIR, dropin_path, unit_path
 from sparkguard.role import RoleContext
 from sparkguard.state import DesiredState, ManagedFile, Service
-from sparkguard.templating import render_template
+from sparkguard.templating import render_template, sandbox
 
 from .addresses import alertmanager_target, split_host_port
 from .cadvisor import disabled_metrics
@@ -175,7 +175,9 @@ def desired_state(ctx: RoleContext) -> DesiredState:
             swap_allowed=int(settings.node_exporter.swap_allowed_during_training)),
             mode="0755", validate="sh -n {path}"),
         ManagedFile(unit_path(NODE_METRICS_SERVICE), render_template(
-            "monitoring/node-metrics.service.j2", script=NODE_METRICS_SCRIPT),
+            "monitoring/node-metrics.service.j2", script=NODE_METRICS_SCRIPT,
+            # nvidia-smi needs the device nodes; /proc of every process is read, only the textfile written.
+            sandbox=sandbox((TEXTFILE_DIR,), "CAP_DAC_OVERRIDE CAP_DAC_READ_SEARCH CAP_SYS_PTRACE", devices=True)),
             validate="systemd-analyze verify {path}"),
         ManagedFile(unit_path(NODE_METRICS_TIMER), render_template(
             "monitoring/node-metrics.timer.j2", interval=settings.node_exporter.metrics_interval_s),

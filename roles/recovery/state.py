@@ -10,7 +10,7 @@ from __future__ import annotations
 from sparkguard.layout import LIB_DIR, STATE_DIR, SYSCTL_CHECK, TEXTFILE_DIR, dropin_path, unit_path
 from sparkguard.role import RoleContext
 from sparkguard.state import DesiredState, Directory, Ensure, ManagedFile, Service
-from sparkguard.templating import render_template
+from sparkguard.templating import render_template, sandbox
 
 from .settings import RecoverySettings
 
@@ -120,7 +120,9 @@ def desired_state(ctx: RoleContext) -> DesiredState:
         files.append(ManagedFile(BOOT_REPORT, render_template("recovery/boot-report.sh.j2", **names), mode="0755",
                                  validate="sh -n {path}"))
         files.append(ManagedFile(unit_path(BOOT_REPORT_UNIT), render_template(
-            "recovery/boot-report.service.j2", **names), validate="systemd-analyze verify {path}"))
+            "recovery/boot-report.service.j2", **names,
+            sandbox=sandbox((STATE_DIR, "/run/sparkguard", TEXTFILE_DIR), "CAP_DAC_OVERRIDE CAP_DAC_READ_SEARCH")),
+            validate="systemd-analyze verify {path}"))
         services.append(Service(BOOT_REPORT_UNIT, restart_on=(BOOT_REPORT, unit_path(BOOT_REPORT_UNIT))))
 
     return DesiredState(
