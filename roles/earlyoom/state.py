@@ -156,7 +156,8 @@ def only_guard(choice: GuardChoice) -> Ensure:
     return Ensure(
         description=f"{choice.guard} is the only low-memory guard",
         check=f"for u in {others}; do systemctl is-active -q $u && exit 1; systemctl is-enabled -q $u && exit 1; done; true",
-        fix=f"systemctl disable --now {others} 2>/dev/null; true",
+        # One unit at a time: systemctl gives up on the whole list if one unit file does not exist.
+        fix=f"for u in {others}; do systemctl disable --now $u 2>/dev/null; done; true",
     )
 
 
