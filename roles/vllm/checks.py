@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from pathlib import Path
 
 from sparkguard.errors import Problem
 from sparkguard.planner import plan_host
 
 from .images import ARM64_MACHINES, default_image, missing_image_reason
-from .options import option_problem
-from .state import read_token
+from .options import SECRET_OPTIONS, option_problem
+from sparkguard.secrets import read_secret, source_words
+
+# Secret settings: (what, the env-variable field, the file field); both read on the operator's machine.
+SECRETS = (("Hugging Face token", "hf_token_env", "hf_token_file"), ("vLLM API key", "api_key_env", "api_key_file"))
 
 NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
 TOKEN = re.compile(r"^[A-Za-z0-9_.\-]+$")
@@ -49,7 +51,8 @@ def problems(config) -> Iterator[Problem]:
         for key, value in model.options.items():
             reason = option_problem(str(key))
             if reason:
-                yield Problem("", f"{base}.options.{key}", value, reason)
+                shown = HIDDEN if str(key) in SECRET_OPTIONS else value
+                yield Problem("", f"{base}.options.{key}", shown, reason)
     if settings.runtime == "docker":
         profile = config.node.device_profile
         image = settings.image or default_image(profile)
@@ -65,12 +68,12 @@ def problems(config) -> Iterator[Problem]:
         yield Problem("", "vllm.hf_cache_dir", settings.hf_cache_dir,
                       "is a system directory: sparkguard makes the cache directory root-only (0700) and mounts it"
                       " into the container; use a directory of its own, e.g. /var/lib/sparkguard/hf-cache or /srv/hf")
-    if settings.hf_token_env and settings.hf_token_file:
-        yield Problem("", "vllm.hf_token_file", settings.hf_token_file,
-                      "set either hf_token_env or hf_token_file, not both")
-    if settings.hf_token_file and not settings.hf_token_file.startswith(("/", "~")):
-        yield Problem("", "vllm.hf_token_file", settings.hf_token_file,
-                      "must be an absolute or ~ path on the operator's machine")
+    for what, env_field, file_field in SECRETS:
+        env_value, file_value = getattr(settings, env_field), getattr(settings, file_field)
+        if env_value and file_value:
+            yield Problem("", f"vllm.{file_field}", file_value, f"set either {env_field} or {file_field}, not both")
+        if file_value and not file_value.startswith(("/", "~")):
+            yield Problem("", f"vllm.{file_field}", file_value, "must be an absolute or ~ path on the operator's machine")
     # Budget inputs (sizes, shapes, CUDA total); the over-commit itself is the budget role's check.
     yield from plan_host("", config).problems
 
@@ -82,15 +85,18 @@ def preflight(config, info) -> Iterator[Problem]:
             and info.arch in ARM64_MACHINES):
         yield Problem("", "vllm.image", None, missing_image_reason(f"this {info.arch} node (device profile "
                                                                    f"{config.node.device_profile})"))
-    if not settings.models or not (settings.hf_token_env or settings.hf_token_file):
+    if not settings.models:
         return
-    source = (f"environment variable {settings.hf_token_env}" if settings.hf_token_env
-              else f"file {Path(settings.hf_token_file).expanduser()}")
-    token = read_token(settings)
-    field = "vllm.hf_token_env" if settings.hf_token_env else "vllm.hf_token_file"
-    if token is None:
-        yield Problem("", field, getattr(settings, field.split(".")[1]),
-                      f"no Hugging Face token in the {source} on this machine; export it or fix the setting")
-    elif not TOKEN.match(token):
-        yield Problem("", field, HIDDEN, f"the token in the {source} has characters an env file cannot hold "
-                                         f"safely (allowed: letters, digits, _ . -)")
+    for what, env_field, file_field in SECRETS:
+        env_value, file_value = getattr(settings, env_field), getattr(settings, file_field)
+        if not (env_value or file_value):
+            continue
+        source = source_words(env_value, file_value)
+        field = f"vllm.{env_field}" if env_value else f"vllm.{file_field}"
+        secret = read_secret(env_value, file_value)
+        if secret is None:
+            yield Problem("", field, env_value or file_value,
+                          f"no {what} in the {source} on this machine; export it or fix the setting")
+        elif not TOKEN.match(secret):
+            yield Problem("", field, HIDDEN, f"the {what} in the {source} has characters an env file cannot hold "
+                                             f"safely (allowed: letters, digits, _ . -)")

@@ -93,10 +93,16 @@ OTHER = frozenset({
 KNOWN = FRONTEND | MODEL | LOAD | CACHE | PARALLEL | SCHEDULER | LORA | OTHER
 
 
+SECRET_OPTIONS = frozenset({"api-key", "api_key"})
+
+
 def option_problem(name: str) -> str | None:
     """Why ``name`` may not go into ``options``, or None."""
     import difflib
 
+    if name in SECRET_OPTIONS:
+        return ("is a secret: options land in a 0644 config and node.json. Set vllm.api_key_env or"
+                " vllm.api_key_file instead; the key then reaches vLLM as VLLM_API_KEY through the 0600 env file")
     if name.startswith("-"):
         return f"write option names without leading dashes (e.g. '{name.lstrip('-')}')"
     if name in MANAGED:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from sparkguard.settings import HostName, ImageRef, ModelRef, NodePath, Settings, required, setting
+from sparkguard.settings import HostName, ImageRef, ModelRef, NodePath, Settings, Word, required, setting
 from sparkguard.victim_order import HOLDER_BASE_ADJ, SERVING_ADJ
 
 from .options import VLLM_VERSION
@@ -111,6 +111,11 @@ class VllmSettings(Settings):
         min_length=1)
     hf_token_file: str | None = setting(
         None, "File ON THE OPERATOR'S MACHINE holding the Hugging Face token (absolute or ~ path).", min_length=1)
+    api_key_env: Word | None = setting(
+        None, "Environment variable ON THE OPERATOR'S MACHINE holding the API key clients must send (vLLM's"
+        " VLLM_API_KEY, written only to the instance's 0600 env file). Never put the key in options.")
+    api_key_file: str | None = setting(
+        None, "File ON THE OPERATOR'S MACHINE holding that API key (absolute or ~ path).", min_length=1)
     hf_cache_dir: NodePath = setting(
         "/var/lib/sparkguard/hf-cache", "Model cache on the node (mounted into the container).", min_length=1)
     models: dict[str, ServedModel] = setting(

@@ -14,6 +14,8 @@ from sparkguard.role import RoleContext
 from sparkguard.state import DesiredState, Directory, Ensure, ManagedFile, Service
 from sparkguard.templating import render_template
 
+from sparkguard.secrets import read_secret
+
 from .options import VLLM_VERSION
 from .images import DOCKER_HUB_IMAGE, default_image
 from .settings import ServedModel, VllmSettings
@@ -45,26 +47,23 @@ def env_path(name: str) -> str:
 
 def read_token(settings: VllmSettings) -> str | None:
     """The Hugging Face token from the operator's machine; None if no source is configured or readable."""
-    if settings.hf_token_env:
-        return os.environ.get(settings.hf_token_env) or None
-    if settings.hf_token_file:
-        path = Path(settings.hf_token_file).expanduser()
-        try:
-            if not path.is_file():   # /dev/zero, a FIFO, a directory: never read
-                return None
-            with path.open("rb") as handle:
-                data = handle.read(4097)
-            return data[:4096].decode("utf-8", errors="replace").strip() or None if len(data) <= 4096 else None
-        except OSError:
-            return None
-    return None
+    return read_secret(settings.hf_token_env, settings.hf_token_file)
+
+
+def read_api_key(settings: VllmSettings) -> str | None:
+    """The key clients must send (vLLM reads VLLM_API_KEY), from the operator's machine."""
+    return read_secret(settings.api_key_env, settings.api_key_file)
 
 
 def env_file(name: str, settings: VllmSettings) -> str:
-    token = read_token(settings)
+    """The instance's env file (0600, a placeholder in renders): the only place its secrets land."""
     lines = [ENV_HEADER.format(name=name)]
+    token = read_token(settings)
     if token:
         lines.append(f"HF_TOKEN={token}\n")
+    key = read_api_key(settings)
+    if key:
+        lines.append(f"VLLM_API_KEY={key}\n")
     return "".join(lines)
 
 

@@ -165,3 +165,25 @@ def test_a_secret_setting_never_reaches_a_render_or_an_error(tmp_path, monkeypat
     with pytest.raises(ConfigError) as caught:
         load_inventory(_inventory(tmp_path, "monitoring.alertmanager.webhook_url", ["s3cr3t-token"]))
     assert "s3cr3t-token" not in "\n".join(p.paragraph() for p in caught.value.problems)
+
+
+def test_the_vllm_api_key_goes_only_to_the_0600_env_file(tmp_path, monkeypatch):
+    from roles.vllm.state import env_path
+    from sparkguard.render import host_states
+
+    monkeypatch.setenv("HF_TOKEN", "hf_dummy")
+    monkeypatch.setenv("SG_VLLM_KEY", "sk-local-0123456789")
+    inventory = _inventory(tmp_path, "vllm.api_key_env", "SG_VLLM_KEY")
+    entry = load_inventory(inventory).host("spark-01")
+    [vllm] = [s for s in host_states(entry) if s.role == "vllm"]
+    env = vllm.file(env_path("llama-8b"))
+    assert (env.mode, env.secret) == ("0600", True) and "VLLM_API_KEY=sk-local-0123456789\n" in env.content
+    out = tmp_path / "render"
+    render_inventory(load_inventory(inventory), out)
+    assert _occurrences(out, "sk-local-0123456789") == []
+    # In options it would land in a 0644 YAML and node.json: refused, pointing at the secret settings.
+    with pytest.raises(ConfigError) as caught:
+        load_inventory(_inventory(tmp_path, "vllm.models.options", {"api-key": "sk-local-0123456789"}))
+    [problem] = caught.value.problems
+    assert problem.field == "vllm.models.llama-8b.options.api-key" and "api_key_env" in problem.allowed
+    assert "sk-local-0123456789" not in problem.paragraph()

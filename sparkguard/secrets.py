@@ -1,0 +1,40 @@
+"""The one way a secret setting is given: an environment variable or a file ON THE OPERATOR'S MACHINE.
+
+The inventory (a YAML file reviewed in pull requests) never holds a secret's value, only where
+to read it. The value goes into exactly one file on the node (mode 0600/0640, rendered as a
+placeholder); node.json, renders, --json and errors show ``<secret>`` (settings.masked_dump).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+MAX_SECRET_BYTES = 4096
+# What an env file (systemd EnvironmentFile, docker --env-file) carries without quoting.
+ENV_SAFE = re.compile(r"[A-Za-z0-9_.:+/=@-]+")
+
+
+def read_secret(env_name: str | None, file_path: str | None) -> str | None:
+    """The secret, or None when no source is set or it is empty/unreadable. A file is read only if it
+    is a small regular file (never /dev/zero, a FIFO or a directory)."""
+    if env_name:
+        return os.environ.get(env_name) or None
+    if file_path:
+        path = Path(file_path).expanduser()
+        try:
+            if not path.is_file():
+                return None
+            with path.open("rb") as handle:
+                data = handle.read(MAX_SECRET_BYTES + 1)
+        except OSError:
+            return None
+        if len(data) > MAX_SECRET_BYTES:
+            return None
+        return data.decode("utf-8", errors="replace").strip() or None
+    return None
+
+
+def source_words(env_name: str | None, file_path: str | None) -> str:
+    return f"environment variable {env_name}" if env_name else f"file {Path(file_path or '').expanduser()}"
