@@ -479,3 +479,31 @@ def _wait_for_pidfile(ssh) -> int:
             return int(out.strip())
         time.sleep(0.1)
     raise TimeoutError("the replay hog did not start")
+
+
+def assert_incident_outcome(result: ReplayResult, launch: Launch) -> None:
+    """What every replay cell must show, whichever guard runs (earlyoom 1.7 or nohang)."""
+    detail = f"{result.hog_exit}\nadj {result.hog_adj}\n{result.hog_events[-3:]}\n{result.earlyoom_log[-2000:]}"
+    assert result.got_sigterm, detail
+    assert result.trainer_killed_first, detail                    # the guard's first signal went to the trainer
+    assert result.hog_exit.split()[-1] in ("143", "15"), detail   # SIGTERM sufficed: no SIGKILL needed
+    assert result.bystander_alive and result.vllm_alive, detail
+    assert result.ssh_session_alive and result.sshd_alive and result.earlyoom_alive and result.fresh_login
+    assert result.logins_during >= 2
+    # The trainer was ranked as its class: marked 1000, or raised by the agent from its GPU memory.
+    if launch.marked:
+        assert result.hog_adj == "1000", detail
+    else:
+        assert 600 <= int(result.hog_adj or 0) < 1000, detail
+    # Counted once, under the trainer's comm.
+    assert result.kills_after - result.kills_before == 1, result.kill_counter
+    assert f'sparkguard_earlyoom_kills_total{{victim="{launch.comm}"}}' in result.kill_counter
+    if launch.host_cgroup:
+        # The bypass really happened: the trainer held more than twice its cgroup's limit, the cgroup saw almost nothing.
+        allocated = max(e.get("allocated_mib", 0) for e in result.hog_events)
+        assert allocated * MIB > 2 * result.cgroup_limit_bytes, allocated
+        assert 0 <= result.cgroup_peak_bytes < result.cgroup_limit_bytes // 4, result.cgroup_peak_bytes
+    if launch.record:
+        assert result.record and result.record["killed_by_earlyoom"] is True, result.record
+        assert result.record["exit_code"] == 143
+    assert result.reaction_s is not None

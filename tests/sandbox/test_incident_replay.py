@@ -15,7 +15,7 @@ import pytest
 from sparkguard.converge import site_deploy
 from sparkguard.inventory import load_inventory
 from sparkguard.runner import run_deploy
-from tests.replay import LAUNCHES, ReplayPlan, remove_tools, run_cell
+from tests.replay import LAUNCHES, ReplayPlan, assert_incident_outcome, remove_tools, run_cell
 
 NODE = "node-1"
 MATRIX: list = []
@@ -59,29 +59,5 @@ def test_trainer_is_killed_first_and_every_bystander_survives(sandbox_nodes, lab
     spec = LAUNCHES[launch]
     result = run_cell(sandbox_nodes, NODE, lab_lines, spec)
     MATRIX.append(result)
-    detail = (f"{result.hog_exit}\nadj {result.hog_adj}\n{result.hog_events[-3:]}\n"
-              f"{result.earlyoom_log[-1500:]}")
-    assert result.got_sigterm, detail
-    assert result.trainer_killed_first, detail                    # earlyoom's first signal went to the trainer
-    assert result.hog_exit.split()[-1] in ("143", "15"), detail   # SIGTERM sufficed: no SIGKILL needed
-    assert result.bystander_alive and result.vllm_alive, detail
-    assert result.ssh_session_alive and result.sshd_alive and result.earlyoom_alive and result.fresh_login
-    assert result.logins_during >= 2
-    # The trainer was ranked as its class: marked 1000, or raised by the agent from its GPU memory.
-    if spec.marked:
-        assert result.hog_adj == "1000", detail
-    else:
-        assert 600 <= int(result.hog_adj or 0) < 1000, detail
-    # Counted once, under the trainer's comm.
-    assert result.kills_after - result.kills_before == 1, result.kill_counter
-    assert f'sparkguard_earlyoom_kills_total{{victim="{spec.comm}"}}' in result.kill_counter
-    if spec.host_cgroup:
-        # The bypass really happened: the trainer held more than twice its cgroup's limit, the cgroup saw almost nothing.
-        allocated = max(e.get("allocated_mib", 0) for e in result.hog_events)
-        assert allocated * 2**20 > 2 * result.cgroup_limit_bytes, allocated
-        assert 0 <= result.cgroup_peak_bytes < result.cgroup_limit_bytes // 4, result.cgroup_peak_bytes
-    if spec.record:
-        assert result.record and result.record["killed_by_earlyoom"] is True, result.record
-        assert result.record["exit_code"] == 143
-    assert result.reaction_s is not None
+    assert_incident_outcome(result, spec)
     record_property("reaction_s", round(result.reaction_s, 3))

@@ -160,17 +160,21 @@ def test_audit_probes_both_variants_of_an_auto_host(inventory_dir):
     assert guard_module.live_alternatives(load_inventory(declared).host("h").config) == ()
 
 
-@pytest.fixture
-def action(tmp_path):
+def _action_script(tmp_path: Path, group: bool) -> tuple[Path, Path]:
     """nohang's action script, rendered against a spool in tmp_path (a real shell, real signals)."""
     spool, marks = tmp_path / "spool", tmp_path / "marks"
     spool.mkdir()
     marks.mkdir()
     script = tmp_path / "nohang-action"
     script.write_text(render_template("earlyoom/nohang-action.sh.j2", spool_dir=str(spool), marks_dir=str(marks),
-                                      group=False))
+                                      group=group))
     script.chmod(0o755)
     return script, spool
+
+
+@pytest.fixture
+def action(tmp_path):
+    return _action_script(tmp_path, group=False)
 
 
 def _events(spool: Path) -> list[dict]:
@@ -202,13 +206,7 @@ def test_action_refuses_what_nohang_should_never_send(action, args):
 
 
 def test_action_with_kill_process_group_terms_the_whole_group(tmp_path):
-    spool, marks = tmp_path / "spool", tmp_path / "marks"
-    spool.mkdir()
-    marks.mkdir()
-    script = tmp_path / "nohang-action"
-    script.write_text(render_template("earlyoom/nohang-action.sh.j2", spool_dir=str(spool), marks_dir=str(marks),
-                                      group=True))
-    script.chmod(0o755)
+    script, spool = _action_script(tmp_path, group=True)
     leader = subprocess.Popen(["sh", "-c", "sleep 60 & echo $!; wait"], stdout=subprocess.PIPE, text=True,
                               start_new_session=True)
     worker = int(leader.stdout.readline())
