@@ -390,6 +390,20 @@ def _rules(t: AlertThresholds) -> list[dict]:
                 f"BMC / out-of-band console before walking to the machine."
             ),
         },
+        {
+            # The dead man's switch (the kube-prometheus "Watchdog" pattern): silence itself must page.
+            "alert": "Watchdog",
+            "expr": "vector(1)",
+            "for": "",
+            "severity": "info",
+            "summary": "the alerting pipeline is alive (always firing)",
+            "description": (
+                "Always firing, on purpose. Alertmanager sends it every minute to the heartbeat receiver "
+                "(monitoring.alertmanager.heartbeat_url: a dead man's switch such as healthchecks.io, or a peer). "
+                "When the heartbeats stop, this node's Prometheus or Alertmanager, or the node itself, is down: "
+                "a hung node cannot send its own NodeExporterDown."
+            ),
+        },
     ]
 
 

@@ -106,6 +106,12 @@ def _alerting(settings) -> Iterator[Problem]:
             check_url(am.webhook_url)
         except ValueError as error:
             yield Problem("", "monitoring.alertmanager.webhook_url", "<secret>", f"{error} (the URL is a credential: not repeated here)")
+    if am.heartbeat_url:
+        try:
+            check_url(am.heartbeat_url)
+        except ValueError as error:
+            yield Problem("", "monitoring.alertmanager.heartbeat_url", "<secret>",
+                          f"{error} (the URL is a credential: not repeated here)")
     if am.email_to or am.email_from or am.email_smarthost:
         for field in ("email_to", "email_from"):
             if not _EMAIL.match(getattr(am, field)):

@@ -99,6 +99,10 @@ class AlertmanagerSettings(Settings):
     webhook_url: str = setting("", "Webhook receiver URL (Slack/Matrix bridge, ntfy, PagerDuty events...). A credential:"
                                " only alertmanager.yml (0640) holds it; node.json, renders and errors show <secret>.",
                                secret=True)
+    heartbeat_url: str = setting(
+        "", "Dead man's switch: webhook that receives the always-firing Watchdog alert every minute (e.g. a"
+        " healthchecks.io ping URL, or a peer's receiver). When the pings stop, the node or its alerting is down."
+        " Empty = Watchdog stays in Alertmanager, unsent. A credential: shown as <secret>.", secret=True)
     email_to: str = setting("", "Email receiver address (needs email_from and email_smarthost).")
     email_from: str = setting("", "Sender address for email notifications.")
     email_smarthost: str = setting("", "SMTP relay HOST:PORT for email notifications.")

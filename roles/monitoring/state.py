@@ -123,6 +123,9 @@ def alertmanager_config(settings: MonitoringSettings) -> dict:
     if am.email_to:
         receiver["email_configs"] = [{"to": am.email_to, "from": am.email_from, "smarthost": am.email_smarthost,
                                       "send_resolved": True}]
+    heartbeat: dict = {"name": "heartbeat"}
+    if am.heartbeat_url:
+        heartbeat["webhook_configs"] = [{"url": am.heartbeat_url, "send_resolved": False}]
     return {
         "route": {
             "receiver": "sparkguard",
@@ -130,6 +133,9 @@ def alertmanager_config(settings: MonitoringSettings) -> dict:
             "group_wait": am.group_wait,
             "group_interval": "5m",
             "repeat_interval": am.repeat_interval,
+            # The always-firing Watchdog goes only to the dead man's switch, every minute, never to people.
+            "routes": [{"receiver": "heartbeat", "matchers": ['alertname="Watchdog"'], "group_wait": "0s",
+                        "group_interval": "1m", "repeat_interval": "1m"}],
         },
         "inhibit_rules": [{
             # earlyoom is about to act: the warning adds nothing.
@@ -137,7 +143,7 @@ def alertmanager_config(settings: MonitoringSettings) -> dict:
             "target_matchers": ['alertname="NodeMemoryAvailableLow"'],
             "equal": ["instance"],
         }],
-        "receivers": [receiver],
+        "receivers": [receiver, heartbeat],
     }
 
 
@@ -215,7 +221,7 @@ def desired_state(ctx: RoleContext) -> DesiredState:
             files.append(ManagedFile(ALERTMANAGER_CONFIG, _yaml(alertmanager_config(settings)),
                                      validate="amtool check-config {path}", group="prometheus", mode="0640",
                                      # A webhook URL (Slack, ntfy) is a credential: render shows a placeholder.
-                                     secret=bool(settings.alertmanager.webhook_url)))
+                                     secret=bool(settings.alertmanager.webhook_url or settings.alertmanager.heartbeat_url)))
             services.append(Service("prometheus-alertmanager.service",
                                     restart_on=(ALERTMANAGER_DEFAULTS, ALERTMANAGER_CONFIG)))
 

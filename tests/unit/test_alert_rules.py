@@ -70,7 +70,7 @@ def test_render_is_deterministic_and_has_every_alert():
     text = render_alert_rules(AlertThresholds())
     assert text == render_alert_rules(AlertThresholds()) == render_alert_rules()
     rules = rules_by_name(text)
-    assert sorted(rules) == sorted(ALERTS)
+    assert sorted(rules) == sorted(ALERTS + ("Watchdog",))   # Watchdog: the heartbeat, tested on its own
     for name, rule in rules.items():
         assert rule["labels"]["severity"] in ("info", "warning", "critical"), name
         assert rule["annotations"]["summary"].strip(), name
@@ -176,7 +176,7 @@ def test_promtool_check_rules(promtool, tmp_path):
         path.write_text(render_alert_rules(t))
         result = run_promtool("check", "rules", str(path))
         assert result.returncode == 0, result.stdout + result.stderr
-        assert f"SUCCESS: {len(ALERTS)} rules found" in result.stdout
+        assert f"SUCCESS: {len(ALERTS) + 1} rules found" in result.stdout
 
 
 def incident_with_expectations() -> Scenario:
@@ -420,3 +420,28 @@ def test_annotations_expand_as_expected(promtool, tmp_path):
     summary = case["exp_alerts"][0]["exp_annotations"]["summary"]
     assert summary == f"{INSTANCE}: 65.19GiB of used memory is outside every cgroup"
     assert_passes(promtool_test(tmp_path, [sc]))
+
+
+def test_watchdog_fires_always_and_goes_only_to_the_heartbeat(promtool, tmp_path):
+    """The dead man's switch: firing from the first evaluation, with no input series at all."""
+    rules = tmp_path / "rules.yml"
+    rules.write_text(render_alert_rules())
+    test = tmp_path / "test.yml"
+    test.write_text(yaml.safe_dump({"rule_files": [str(rules)], "evaluation_interval": "1m", "tests": [{
+        "interval": "1m", "input_series": [],
+        "alert_rule_test": [{"eval_time": t, "alertname": "Watchdog", "exp_alerts": [{
+            "exp_labels": {"severity": "info"},
+            "exp_annotations": rules_by_name(rules.read_text())["Watchdog"]["annotations"]}]} for t in ("0m", "90m")],
+    }]}))
+    result = run_promtool("test", "rules", str(test))
+    assert result.returncode == 0, result.stdout + result.stderr
+    from roles.monitoring.settings import MonitoringSettings
+    from roles.monitoring.state import alertmanager_config
+
+    config = alertmanager_config(MonitoringSettings(alertmanager={"webhook_url": "https://a.example/h",
+                                                                  "heartbeat_url": "https://hc.example/ping/x"}))
+    [route] = config["route"]["routes"]
+    assert route["matchers"] == ['alertname="Watchdog"'] and route["receiver"] == "heartbeat"
+    receivers = {r["name"]: r for r in config["receivers"]}
+    assert receivers["heartbeat"]["webhook_configs"][0]["url"] == "https://hc.example/ping/x"
+    assert "hc.example" not in str(receivers["sparkguard"])

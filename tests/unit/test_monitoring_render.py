@@ -63,7 +63,7 @@ def test_prometheus_jobs_targets_and_cadvisor_network_drop(rendered):
     config = yaml.safe_load((rendered / "spark-02/etc/prometheus/prometheus.yml").read_text())
     jobs = {job["job_name"]: job for job in config["scrape_configs"]}
     assert set(jobs) == {"prometheus", "node", "cadvisor", "vllm"}
-    assert jobs["node"]["static_configs"][0]["targets"] == ["192.0.2.12:9100"]
+    assert jobs["node"]["static_configs"][0]["targets"] == ["192.0.2.11:9100", "192.0.2.12:9100"]  # and its peer
     assert jobs["prometheus"]["static_configs"][0]["targets"] == ["192.0.2.12:9090"]
     assert jobs["vllm"]["static_configs"][0]["targets"] == ["192.0.2.12:8000"]
     assert jobs["cadvisor"]["metric_relabel_configs"] == [
