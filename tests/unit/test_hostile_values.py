@@ -71,6 +71,17 @@ def string_settings(model: type[BaseModel] = None, prefix: str = "") -> list[tup
 
 
 SETTINGS = [(path, many) for path, many in string_settings() if path not in OPERATOR_SIDE]
+TALLY = {"tried": 0, "refused": 0, "inert": 0, "injections": 0}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def summary():
+    yield
+    import sys
+
+    print(f"\nhostile values: {TALLY['tried']} tried over {len(SETTINGS)} string settings, {TALLY['refused']} "
+          f"refused (exit 2), {TALLY['inert']} accepted and only JSON/YAML-encoded, {TALLY['injections']} injections",
+          file=sys.__stderr__)
 
 
 def test_the_schema_walk_finds_the_settings_that_reach_the_node():
@@ -129,10 +140,12 @@ def test_hostile_values_are_refused_or_inert(tmp_path, monkeypatch, path, many):
     monkeypatch.setenv("HF_TOKEN", "hf_dummy")
     accepted = []
     for raw in HOSTILE:
+        TALLY["tried"] += 1
         inventory = _inventory(tmp_path, path, [raw] if many else raw)
         try:
             loaded = load_inventory(inventory)
         except ConfigError as error:
+            TALLY["refused"] += 1
             assert any(p.field.startswith(path.split(".")[0]) or p.field in ("", path) for p in error.problems), \
                 error.problems
             continue
@@ -140,10 +153,14 @@ def test_hostile_values_are_refused_or_inert(tmp_path, monkeypatch, path, many):
         try:
             render_inventory(loaded, out)
         except ConfigError:
+            TALLY["refused"] += 1
             continue
         accepted.append(raw)
         for found in _occurrences(out, raw):
+            if not _round_trips(found, raw):
+                TALLY["injections"] += 1
             assert _round_trips(found, raw), f"{path} = {raw!r} reached {found.relative_to(out)} unencoded"
+        TALLY["inert"] += 1
     if path in ("ssh_host", "vllm.image", "vllm.hf_cache_dir", "vllm.native_binary", "earlyoom.prefer_extra",
                 "earlyoom.avoid_extra", "vllm.models.model"):
         assert accepted == [], f"{path} must refuse every hostile value, accepted {accepted}"
