@@ -249,6 +249,8 @@ class _Loader:
             if not directory.is_dir():
                 continue
             for entry in sorted(directory.iterdir()):
+                if entry.name.startswith("."):
+                    continue  # .gitkeep and friends
                 name = entry.name[:-4] if entry.name.endswith(".yml") and entry.is_file() else None
                 if name is not None and name in known:
                     continue
