@@ -76,6 +76,9 @@ def _normal_mode(mode: str) -> str:
     return str(int(str(mode), 8) and oct(int(str(mode), 8))[2:])
 
 
+UPLOAD_DIR = ".sparkguard-upload"
+
+
 @operation()
 def managed_file(path: str, content: str, mode: str = "0644", owner: str = "root", group: str = "root",
                  validate: str | None = None, current=_FETCH):
@@ -116,7 +119,17 @@ def managed_file(path: str, content: str, mode: str = "0644", owner: str = "root
     staged = posixpath.join(stage_dir, name)
     q_dir, q_staged, q_path = (shlex.quote(p) for p in (stage_dir, staged, path))
     yield StringCommand(f"mkdir -p {shlex.quote(directory)} && mkdir -p -m 0700 {q_dir}")
-    yield FileUploadCommand(io.BytesIO(data), staged, remote_temp_filename=host.get_temp_filename(path))
+    temp = None
+    if host.data.get("_sudo"):
+        # Under sudo, pyinfra uploads as the SSH user to a temporary file, then copies it as root. Its
+        # default is a predictable /tmp/pyinfra-<sha1> created with the SFTP umask (readable by every
+        # local user, left behind if the copy fails). Ours lies in a 0700 directory of the SSH user's
+        # home instead; the path is relative because SFTP and the sudo'd copy both start there.
+        # Never through a symlink (checked first; chown -h would not follow one anyway).
+        yield StringCommand(f"test ! -L {UPLOAD_DIR} && mkdir -p -m 0700 {UPLOAD_DIR} && "
+                            f"chown -h \"${{SUDO_USER:-root}}\" {UPLOAD_DIR} && chmod 0700 {UPLOAD_DIR}")
+        temp = f"{UPLOAD_DIR}/{hashlib.sha1(path.encode()).hexdigest()}"
+    yield FileUploadCommand(io.BytesIO(data), staged, remote_temp_filename=temp or host.get_temp_filename(path))
     yield StringCommand(f"chown {owner}:{group} {q_staged} && chmod {mode} {q_staged}")
     if validate:
         check = validate.replace("{path}", q_staged)

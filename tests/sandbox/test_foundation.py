@@ -169,6 +169,19 @@ def test_sudo_user_applies_the_same_state(sandbox_nodes, tmp_path):
     result = apply(tmp_path / "inv")
     assert result.ok, result.as_dict()
     assert result.changed == 0
+    # A change under sudo uploads through the SSH user's private 0700 directory, never /tmp.
+    count_tmp = "ls /tmp | grep -c '^pyinfra-' || true"
+    before = sandbox_nodes.ssh("node-1", count_tmp)[1].strip()
+    (tmp_path / "inv" / "hosts.yml").write_text(text.replace("    node:\n", "    base: {contact: via-sudo}\n    node:\n", 1))
+    try:
+        changed = apply(tmp_path / "inv")
+        assert changed.ok and changed.changed >= 1, changed.as_dict()
+        assert _contact_on(sandbox_nodes, "node-1") == "via-sudo"
+        rc, out, err = sandbox_nodes.ssh("node-1", "stat -c '%a %U' ~ops/.sparkguard-upload; "
+                                                   "ls -A ~ops/.sparkguard-upload; " + count_tmp)
+        assert out.split() == ["700", "ops", before], repr((out, err, before))
+    finally:
+        assert apply(sandbox_nodes.inventory_dir).ok
 
 
 def test_sandbox_status_and_idempotent_up(sandbox_nodes):
