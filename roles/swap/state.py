@@ -6,7 +6,7 @@ from sparkguard.layout import (BIN_DIR, BUDGET_JSON, LIB_DIR, NODE_JSON, STATE_D
                                TRAINING_JOB_PREFIX, TRAINING_TARGET, VLLM_MODE_DIR, unit_path)
 from sparkguard.role import RoleContext
 from sparkguard.state import DesiredState, Directory, Ensure, FileEdit, ManagedFile, Service
-from sparkguard.templating import render_template
+from sparkguard.templating import render_template, sandbox
 
 from .fstab import MARKER, disable_swap_lines, enable_swap_lines
 from .settings import SwapSettings
@@ -35,7 +35,13 @@ def desired_state(ctx: RoleContext) -> DesiredState:
         ManagedFile(TOGGLE, render_template("swap/swap-toggle.sh.j2", **names), mode="0755", validate="sh -n {path}"),
         ManagedFile(LAUNCHER, render_template("swap/sparkguard-train.py.j2", **names), mode="0755",
                     validate="python3 -c \"import ast, sys; ast.parse(open(sys.argv[1]).read())\" {path}"),
-        ManagedFile(unit_path(SWAPOFF_SERVICE), render_template("swap/swapoff.service.j2", **names),
+        # swapon opens a swap file read-write wherever it lies (/swap.img, /swapfile, /var/...), so the
+        # system is read-only only where ProtectSystem=full reaches (/usr, /boot, /etc); block devices stay
+        # visible for swap partitions and zram; CAP_SYS_ADMIN and the @swap calls are all it needs on top.
+        ManagedFile(unit_path(SWAPOFF_SERVICE), render_template(
+            "swap/swapoff.service.j2", sandbox=sandbox(("/run/sparkguard",), "CAP_SYS_ADMIN", devices=True,
+                                                       system="full", syscalls=True, extra_syscalls="@swap"),
+            **names),
                     validate="systemd-analyze verify {path}"),
         ManagedFile(unit_path(TRAINING_TARGET), render_template("swap/training.target.j2", **names),
                     validate="systemd-analyze verify {path}"),

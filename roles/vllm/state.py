@@ -12,7 +12,7 @@ from sparkguard.layout import (CONFIG_DIR, LIB_DIR, SERVING_UNIT_PREFIX, TRAININ
 from sparkguard.planner import ServingPlan, fmt_gib, plan_host
 from sparkguard.role import RoleContext
 from sparkguard.state import DesiredState, Directory, Ensure, ManagedFile, Service
-from sparkguard.templating import render_template
+from sparkguard.templating import render_template, sandbox
 
 from sparkguard.secrets import read_secret
 
@@ -150,7 +150,9 @@ def desired_state(ctx: RoleContext) -> DesiredState:
             ManagedFile(MODE_SCRIPT, render_template("vllm/mode.sh.j2", **common), mode="0755",
                         validate="sh -n {path}"),
             ManagedFile(FALLBACK_TARGET, render_template("vllm/training.target.j2", **common)),
-            ManagedFile(unit_path(TRAINING_TEMPLATE), render_template("vllm/training@.service.j2", **common),
+            # It only writes the mode files and asks systemd (AF_UNIX, as root) to restart or stop vLLM.
+            ManagedFile(unit_path(TRAINING_TEMPLATE), render_template(
+                "vllm/training@.service.j2", sandbox=sandbox(("/run/sparkguard",), ""), **common),
                         validate=VERIFY_UNIT % (("sparkguard-vllm-training@check.service",) * 2)),
         ]
     services = []
