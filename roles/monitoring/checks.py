@@ -16,6 +16,8 @@ from .resolve import EARLYOOM_FIELDS, thresholds
 _SIZE = re.compile(r"^[0-9]+(B|KB|MB|GB|TB|PB|EB)$")
 _IMAGE = re.compile(r"^[a-z0-9.-]+(:[0-9]+)?(/[a-z0-9._-]+)+(:[A-Za-z0-9._-]+|@sha256:[0-9a-f]{64})$")
 _UNIT_PATTERN = re.compile(r"^[A-Za-z0-9@_.*+?\-\[\]]+$")
+# The listen addresses that mean "every interface".
+WILDCARDS = frozenset({"0.0.0.0", "::"})
 _EMAIL = re.compile(r"^[^@\s\"']+@[^@\s\"']+$")
 
 
@@ -67,7 +69,12 @@ def _addresses(config) -> Iterator[Problem]:
         value = getattr(settings, block).listen_address
         shown = value or default_address(config.ssh_host, 1)
         try:
-            split_host_port(value or shown)
+            host, _ = split_host_port(value or shown)
+            if host in WILDCARDS and not settings.allow_all_interfaces:
+                yield Problem("", f"monitoring.{block}.listen_address", value,
+                              "listens on every interface, where anyone who reaches the port reads the metrics (and,"
+                              " for Alertmanager, silences the alerts): name the node's management address, e.g."
+                              " 192.0.2.11:9100, or set monitoring.allow_all_interfaces: true to opt in")
         except ValueError as error:
             where = "" if value else " (from ssh_host, since listen_address is empty; set it explicitly)"
             yield Problem("", f"monitoring.{block}.listen_address", value, f"{error}{where}; expected HOST:PORT,"

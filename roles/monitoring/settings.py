@@ -124,6 +124,10 @@ class MonitoringSettings(Settings):
     enabled: bool = setting(
         False, "Install the monitoring stack. Off by default: it installs daemons and opens ports, so an"
                " operator turns it on per group, with a receiver for the alerts.")
+    allow_all_interfaces: bool = setting(
+        False, "Allow a listen_address of 0.0.0.0 or [::] (every interface, including a public one). node_exporter,"
+        " Prometheus, Alertmanager and cAdvisor have no authentication here, and anyone who reaches Alertmanager"
+        " can silence its alerts: bind them to the management address, or opt in explicitly with true.")
     node_exporter: NodeExporterSettings = setting(lambda: NodeExporterSettings(), "node_exporter and the textfile.")
     prometheus: PrometheusSettings = setting(lambda: PrometheusSettings(), "Prometheus.")
     alerts: AlertSettings = setting(lambda: AlertSettings(), "Alert rule overrides.")

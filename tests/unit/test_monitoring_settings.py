@@ -48,6 +48,8 @@ def inventory(extra: str) -> str:
      "monitoring.alertmanager.external_urls[0]", "'am.example:9093'"),
     ("{cadvisor: {image: 'ghcr.io/google/cadvisor:latest'}}", "monitoring.cadvisor.image", "'ghcr.io"),
     ("{node_exporter: {systemd_units: ['ssh|cron']}}", "monitoring.node_exporter.systemd_units[0]", "'ssh|cron'"),
+    ("{node_exporter: {listen_address: '0.0.0.0:9100'}}", "monitoring.node_exporter.listen_address", "'0.0.0.0:9100'"),
+    ("{alertmanager: {listen_address: '[::]:9093'}}", "monitoring.alertmanager.listen_address", "'[::]:9093'"),
 ])
 def test_bad_monitoring_settings_exit_2(inventory_dir, extra, field, value):
     result = run_cli("validate", str(inventory_dir(inventory(extra))))
@@ -76,6 +78,14 @@ def test_good_settings(inventory_dir):
              " alerts: {overrides: {warn_percent: 20, forecast_for: 5m}}}")
     result = run_cli("validate", str(inventory_dir(inventory(extra))))
     assert result.returncode == 0, result.stderr
+
+
+def test_every_interface_needs_the_explicit_opt_in(inventory_dir):
+    text = inventory("{node_exporter: {listen_address: '0.0.0.0:9100'}}")
+    refused = run_cli("validate", str(inventory_dir(text)))
+    assert refused.returncode == 2 and "monitoring.allow_all_interfaces: true" in refused.stderr, refused.stderr
+    allowed = text.replace("monitoring: {node_exporter", "monitoring: {allow_all_interfaces: true, node_exporter")
+    assert run_cli("validate", str(inventory_dir(allowed))).returncode == 0
 
 
 @pytest.mark.parametrize("text,expected", [
