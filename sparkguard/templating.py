@@ -34,8 +34,8 @@ def render_template(name: str, **context: Any) -> str:
     return _environment().get_template(name).render(**context)
 
 
-def sandbox(writable: tuple[str, ...], caps: str, devices: bool = False, system: str = "strict",
-            syscalls: bool | None = None, extra_syscalls: str = "") -> str:
+def sandbox(writable: tuple[str, ...], caps: str, devices: bool = False, syscalls: bool | None = None,
+            extra_syscalls: str = "", namespaces: bool = True) -> str:
     """The [Service] sandbox of one of sparkguard's own root services (templates/base/sandbox.conf.j2).
 
     One block for every role's helper units, so their confinement cannot drift apart; each unit's
@@ -43,5 +43,5 @@ def sandbox(writable: tuple[str, ...], caps: str, devices: bool = False, system:
     """
     # A device user (nvidia-smi) keeps W^X and the full syscall set by default: NVML was not tried under them.
     syscalls = not devices if syscalls is None else syscalls
-    return render_template("base/sandbox.conf.j2", writable=writable, caps=caps, devices=devices, system=system,
-                           syscalls=syscalls, extra_syscalls=extra_syscalls)
+    return render_template("base/sandbox.conf.j2", writable=writable, caps=caps, devices=devices,
+                           syscalls=syscalls, extra_syscalls=extra_syscalls, namespaces=namespaces)
