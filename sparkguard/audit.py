@@ -179,15 +179,22 @@ r boot_verdict "$(cat /run/sparkguard/boot-verdict 2>/dev/null)"
     if "vllm" in roles:
         lines.append("for y in /etc/sparkguard/vllm/*.yaml; do [ -e \"$y\" ] && f @@V \"$y\"; done")
     if "monitoring" in roles:
+        from roles.monitoring import web
         from roles.monitoring.resolve import resolve
 
         where = resolve(cfg)
-        get = ("python3 -c 'import sys,urllib.request as u; "
-               "print(u.urlopen(sys.argv[1], timeout=3).read().decode())' ")
-        lines.append(f"r node_exporter_up \"$({get}{_q('http://' + where.node_exporter + '/metrics')} 2>/dev/null "
+        auth = web.web_auth(cfg.monitoring)
+        scheme = f"{auth.scheme}://"
+        if auth.enabled:
+            # Behind the web auth: root reads the password from its 0600 file on the node.
+            get = f"{web.WEB_GET} {web.web_get_args(auth, web.PASSWORD)} "
+        else:
+            get = ("python3 -c 'import sys,urllib.request as u; "
+                   "print(u.urlopen(sys.argv[1], timeout=3).read().decode())' ")
+        lines.append(f"r node_exporter_up \"$({get}{_q(scheme + where.node_exporter + '/metrics')} 2>/dev/null "
                      f"| grep -c '^node_' )\"")
         if cfg.monitoring.prometheus.enabled:
-            lines.append(f"r prometheus_rules \"$({get}{_q('http://' + where.prometheus + '/api/v1/rules')} "
+            lines.append(f"r prometheus_rules \"$({get}{_q(scheme + where.prometheus + '/api/v1/rules')} "
                          f"2>/dev/null | grep -o '\"type\":\"alerting\"' | wc -l)\"")
         if where.cadvisor_enabled:
             lines.append("r cadvisor_exec \"$(systemctl show -p ExecStart --value sparkguard-cadvisor.service)\"")

@@ -16,7 +16,7 @@ MAX_SECRET_BYTES = 4096
 ENV_SAFE = re.compile(r"[A-Za-z0-9_.:+/=@-]+")
 
 
-def read_secret(env_name: str | None, file_path: str | None) -> str | None:
+def read_secret(env_name: str | None, file_path: str | None, max_bytes: int = MAX_SECRET_BYTES) -> str | None:
     """The secret, or None when no source is set or it is empty/unreadable. A file is read only if it
     is a small regular file (never /dev/zero, a FIFO or a directory)."""
     if env_name:
@@ -27,10 +27,10 @@ def read_secret(env_name: str | None, file_path: str | None) -> str | None:
             if not path.is_file():
                 return None
             with path.open("rb") as handle:
-                data = handle.read(MAX_SECRET_BYTES + 1)
+                data = handle.read(max_bytes + 1)
         except OSError:
             return None
-        if len(data) > MAX_SECRET_BYTES:
+        if len(data) > max_bytes:
             return None
         return data.decode("utf-8", errors="replace").strip() or None
     return None

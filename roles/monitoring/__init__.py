@@ -2,7 +2,7 @@
 
 from sparkguard.role import Role
 
-from .checks import problems
+from .checks import preflight, problems
 from .settings import MonitoringSettings
 from .state import desired_state
 
@@ -13,4 +13,5 @@ ROLE = Role(
     summary="node_exporter + node memory textfile, Prometheus with alerts on earlyoom's lines, corrected cAdvisor,"
             " Grafana provisioning, Alertmanager",
     checks=problems,
+    preflight=preflight,
 )

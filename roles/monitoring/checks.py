@@ -53,6 +53,7 @@ def problems(config) -> Iterator[Problem]:
         if reason:
             yield Problem("", f"monitoring.prometheus.extra_rules[{index}]", rule, reason)
     yield from _alerting(settings)
+    yield from _web(settings.web)
     yield from _thresholds(config)
 
 
@@ -161,3 +162,49 @@ def _thresholds(config) -> Iterator[Problem]:
         thresholds(config)
     except (TypeError, ValueError) as error:
         yield Problem("", "monitoring.alerts.overrides", dict(overrides), str(error))
+
+
+def _web(web_settings) -> Iterator[Problem]:
+    """Which web-auth settings belong together; the secrets themselves are read on apply (preflight)."""
+    prefix = "monitoring.web."
+    user, env, file = (web_settings.basic_auth_user, web_settings.basic_auth_password_env,
+                       web_settings.basic_auth_password_file)
+    if user and bool(env) == bool(file):
+        yield Problem("", prefix + "basic_auth_user", user, "set exactly one of basic_auth_password_env and"
+                      " basic_auth_password_file (where the password lies on the operator's machine)")
+    if not user and (env or file):
+        field = "basic_auth_password_env" if env else "basic_auth_password_file"
+        yield Problem("", prefix + field, env or file, "a password without basic_auth_user: set the user too")
+    cert, key, ca = web_settings.tls_cert_file, web_settings.tls_key_file, web_settings.tls_ca_file
+    if bool(cert) != bool(key):
+        field, value = ("tls_key_file", key) if not cert else ("tls_cert_file", cert)
+        yield Problem("", prefix + field, value, "tls_cert_file and tls_key_file go together (set both or neither)")
+    if ca and not cert:
+        yield Problem("", prefix + "tls_ca_file", ca, "a CA without tls_cert_file: the endpoints would stay plain HTTP")
+    for field in ("basic_auth_password_file", "tls_cert_file", "tls_key_file", "tls_ca_file"):
+        value = getattr(web_settings, field)
+        if value and not value.startswith(("/", "~")):
+            yield Problem("", prefix + field, value, "must be an absolute or ~ path on the operator's machine")
+
+
+def preflight(config, info) -> Iterator[Problem]:
+    """On apply only: the web-auth secrets and PEM files are there, on the operator's machine, and usable."""
+    from sparkguard.secrets import source_words
+
+    from .web import web_auth
+
+    web_settings = config.monitoring.web
+    auth = web_auth(config.monitoring)
+    if auth.user:
+        source = source_words(web_settings.basic_auth_password_env, web_settings.basic_auth_password_file)
+        field = "monitoring.web.basic_auth_password_" + ("env" if web_settings.basic_auth_password_env else "file")
+        shown = web_settings.basic_auth_password_env or web_settings.basic_auth_password_file
+        if not auth.password:
+            yield Problem("", field, shown, f"no password in the {source} on this machine; export it or fix the setting")
+        elif any(c in auth.password for c in "\n\r\0"):
+            yield Problem("", field, "<secret>", f"the password in the {source} spans lines; use one line")
+    for field, text, marker in (("tls_cert_file", auth.cert, "CERTIFICATE"), ("tls_key_file", auth.key, "PRIVATE KEY"),
+                                ("tls_ca_file", auth.ca if web_settings.tls_ca_file else "x CERTIFICATE", "CERTIFICATE")):
+        path = getattr(web_settings, field)
+        if path and (not text or "-----BEGIN" not in text or marker not in text):
+            yield Problem("", f"monitoring.web.{field}", path, f"not a readable PEM file with a {marker} on this machine")

@@ -57,7 +57,7 @@ def resolve(config) -> Resolved:
         cadvisor_enabled=bool(cadvisor_enabled),
         node_targets=settings.prometheus.node_targets or (node_exporter,),
         cadvisor_targets=cadvisor_targets,
-        grafana_url=settings.grafana.prometheus_url or f"http://{prometheus}",
+        grafana_url=settings.grafana.prometheus_url or f"{'https' if settings.web.tls_cert_file else 'http'}://{prometheus}",
     )
 
 

@@ -118,6 +118,31 @@ class GrafanaSettings(Settings):
     prometheus_url: str = setting("", "Datasource URL. Empty = http://<prometheus.listen_address>.")
 
 
+class WebSettings(Settings):
+    """Basic auth and TLS for node_exporter, Prometheus and Alertmanager (one --web.config.file for all three).
+
+    Every value here names a place ON THE OPERATOR'S MACHINE; the secrets themselves never enter the
+    inventory. All nodes Prometheus scrapes (peers included) must share the user and password.
+    """
+
+    basic_auth_user: Word | None = setting(
+        None, "User name clients (Prometheus, Grafana, you) must send. Empty = no basic auth.")
+    basic_auth_password_env: Word | None = setting(
+        None, "Environment variable ON THE OPERATOR'S MACHINE holding that user's password.")
+    basic_auth_password_file: str | None = setting(
+        None, "File ON THE OPERATOR'S MACHINE holding that user's password (absolute or ~ path).", min_length=1)
+    tls_cert_file: str | None = setting(
+        None, "PEM certificate of this node ON THE OPERATOR'S MACHINE (its address in subjectAltName; set it per"
+        " host in host_vars). Empty = plain HTTP.", min_length=1)
+    tls_key_file: str | None = setting(
+        None, "PEM private key of that certificate ON THE OPERATOR'S MACHINE (a secret: 0600 on the node).",
+        min_length=1)
+    tls_ca_file: str | None = setting(
+        None, "PEM CA certificate(s) ON THE OPERATOR'S MACHINE that signed every scraped node's certificate;"
+        " Prometheus verifies its targets with it. Empty = tls_cert_file itself (one self-signed certificate"
+        " for the whole fleet).", min_length=1)
+
+
 class MonitoringSettings(Settings):
     """Node memory truth: node_exporter, Prometheus + rules, corrected cAdvisor, Grafana, Alertmanager."""
 
@@ -128,6 +153,7 @@ class MonitoringSettings(Settings):
         False, "Allow a listen_address of 0.0.0.0 or [::] (every interface, including a public one). node_exporter,"
         " Prometheus, Alertmanager and cAdvisor have no authentication here, and anyone who reaches Alertmanager"
         " can silence its alerts: bind them to the management address, or opt in explicitly with true.")
+    web: WebSettings = setting(lambda: WebSettings(), "Basic auth and TLS of the three web endpoints.")
     node_exporter: NodeExporterSettings = setting(lambda: NodeExporterSettings(), "node_exporter and the textfile.")
     prometheus: PrometheusSettings = setting(lambda: PrometheusSettings(), "Prometheus.")
     alerts: AlertSettings = setting(lambda: AlertSettings(), "Alert rule overrides.")

@@ -16,6 +16,7 @@ from .cadvisor import disabled_metrics
 from .grafana import DATASOURCE_UID, dashboard_json
 from .resolve import resolve, thresholds
 from .settings import MonitoringSettings
+from . import web
 
 NODE_EXPORTER_DEFAULTS = "/etc/default/prometheus-node-exporter"
 PROMETHEUS_DEFAULTS = "/etc/default/prometheus"
@@ -40,6 +41,7 @@ GRAFANA_DASHBOARD = f"{GRAFANA_DIR}/dashboards/node-memory-truth.json"
 HEADER = ("# Managed by sparkguard (role monitoring, roles/monitoring/state.py). Do not edit on the node:\n"
           "# change the inventory and apply again. See docs/roles/monitoring.md.\n")
 UNIT_SUFFIXES = "(service|socket|timer|path|target)"
+PYTHON_CHECK = "python3 -c \"import ast, sys; ast.parse(open(sys.argv[1]).read())\" {path}"
 JSON_CHECK = "! command -v python3 >/dev/null || python3 -m json.tool {path} >/dev/null"
 CADVISOR_CHECK = ("command -v docker >/dev/null || { echo 'sparkguard: monitoring.cadvisor is enabled but this node"
                   " has no docker (/usr/bin/docker); install Docker or set monitoring.cadvisor.enabled: false' >&2;"
@@ -55,9 +57,19 @@ def unit_include_regex(patterns: tuple[str, ...]) -> str:
     return f"({'|'.join(patterns)})[.]{UNIT_SUFFIXES}"
 
 
-def node_exporter_args(listen: str, settings: MonitoringSettings) -> list[str]:
+NODE_EXPORTER_UNIT = "prometheus-node-exporter.service"
+PROMETHEUS_UNIT = "prometheus.service"
+ALERTMANAGER_UNIT = "prometheus-alertmanager.service"
+
+
+def web_args(unit: str, auth: "web.WebAuth") -> list[str]:
+    return [f"--web.config.file={web.credential(unit, 'web.yml')}"] if auth.enabled else []
+
+
+def node_exporter_args(listen: str, settings: MonitoringSettings, auth: "web.WebAuth | None" = None) -> list[str]:
     return [
         f"--web.listen-address={listen}",
+        *web_args(NODE_EXPORTER_UNIT, auth or web.web_auth(settings)),
         f"--collector.textfile.directory={TEXTFILE_DIR}",
         "--collector.systemd",
         f"--collector.systemd.unit-include={unit_include_regex(settings.node_exporter.systemd_units)}",
@@ -66,9 +78,10 @@ def node_exporter_args(listen: str, settings: MonitoringSettings) -> list[str]:
     ]
 
 
-def prometheus_args(listen: str, settings: MonitoringSettings) -> list[str]:
+def prometheus_args(listen: str, settings: MonitoringSettings, auth: "web.WebAuth | None" = None) -> list[str]:
     return [
         f"--web.listen-address={listen}",
+        *web_args(PROMETHEUS_UNIT, auth or web.web_auth(settings)),
         f"--storage.tsdb.retention.time={settings.prometheus.retention_time}",
         f"--storage.tsdb.retention.size={settings.prometheus.retention_size}",
     ]
@@ -77,6 +90,9 @@ def prometheus_args(listen: str, settings: MonitoringSettings) -> list[str]:
 def prometheus_config(ctx: RoleContext) -> dict:
     settings: MonitoringSettings = ctx.settings("monitoring")
     where = resolve(ctx.config)
+    # node_exporter, Prometheus and the local Alertmanager sit behind the same web auth; cAdvisor and
+    # vLLM do not (they have no web config), so their jobs stay plain.
+    client = web.client_config(web.web_auth(settings))
     rule_files = [ALERT_RULES] + ([SITE_RULES] if settings.prometheus.extra_rules else [])
     config: dict = {
         "global": {
@@ -88,12 +104,13 @@ def prometheus_config(ctx: RoleContext) -> dict:
     }
     mode = settings.alertmanager.mode
     if mode == "local":
-        config["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": [where.alertmanager]}]}]}
+        config["alerting"] = {"alertmanagers": [{**client, "static_configs": [{"targets": [where.alertmanager]}]}]}
     elif mode == "external":
         config["alerting"] = {"alertmanagers": [alertmanager_target(u) for u in settings.alertmanager.external_urls]}
     jobs = [
-        {"job_name": "prometheus", "static_configs": [{"targets": [where.prometheus]}]},
-        {"job_name": thresholds(ctx.config).node_job, "static_configs": [{"targets": list(where.node_targets)}]},
+        {"job_name": "prometheus", **client, "static_configs": [{"targets": [where.prometheus]}]},
+        {"job_name": thresholds(ctx.config).node_job, **client,
+         "static_configs": [{"targets": list(where.node_targets)}]},
     ]
     if where.cadvisor_targets:
         jobs.append({
@@ -147,12 +164,49 @@ def alertmanager_config(settings: MonitoringSettings) -> dict:
     }
 
 
+def web_state(auth: "web.WebAuth", host: str, settings: MonitoringSettings) -> list[ManagedFile]:
+    """The web config, its secrets and each unit's credential drop-in; written before the packages, so the
+    first start of every daemon is already behind the auth (root-only files: LoadCredential hands them over)."""
+    if not auth.enabled:
+        return []
+    secret = dict(mode="0600", secret=True, before_packages=True)
+    files = [ManagedFile(web.WEB_GET, render_template("monitoring/web-get.py"), mode="0755",
+                         validate=PYTHON_CHECK, before_packages=True),
+             ManagedFile(web.WEB_CONFIG, web.web_config(auth, host), **secret)]
+    # The file set follows the settings, not whether the secrets could be read here: a render without
+    # them (CI) shows the same files as placeholders, and apply's preflight refuses a missing secret.
+    if auth.user:
+        files.append(ManagedFile(web.PASSWORD, f"{auth.password or ''}\n", **secret))
+    if auth.tls:
+        files += [ManagedFile(web.CERT, f"{auth.cert}\n", mode="0644", before_packages=True),
+                  ManagedFile(web.KEY, f"{auth.key or ''}\n", **secret),
+                  ManagedFile(web.CA, f"{auth.ca or auth.cert}\n", mode="0644", before_packages=True)]
+    units = [NODE_EXPORTER_UNIT]
+    if settings.prometheus.enabled:
+        units.append(PROMETHEUS_UNIT)
+        if settings.alertmanager.mode == "local":
+            units.append(ALERTMANAGER_UNIT)
+    for unit in units:
+        dropin = web.credentials_dropin(auth, password=unit == PROMETHEUS_UNIT)
+        files.append(ManagedFile(web.web_dropin_path(unit), dropin, before_packages=True))
+    return files
+
+
 def grafana_files(ctx: RoleContext) -> tuple[ManagedFile, ...]:
     where = resolve(ctx.config)
-    datasource = {"apiVersion": 1, "datasources": [{
+    source: dict = {
         "name": "sparkguard Prometheus", "type": "prometheus", "uid": DATASOURCE_UID, "access": "proxy",
         "url": where.grafana_url, "isDefault": True, "editable": False,
-    }]}
+    }
+    auth = web.web_auth(ctx.settings("monitoring"))
+    if auth.user:
+        # Grafana expands $__env{} when it provisions: the password stays out of this 0644 file.
+        source.update(basicAuth=True, basicAuthUser=auth.user)
+        source.setdefault("secureJsonData", {})["basicAuthPassword"] = "$__env{SPARKGUARD_PROMETHEUS_PASSWORD}"
+    if auth.tls:
+        source["jsonData"] = {"tlsAuthWithCACert": True}
+        source.setdefault("secureJsonData", {})["tlsCACert"] = f"$__file{{{web.CA}}}"
+    datasource = {"apiVersion": 1, "datasources": [source]}
     provider = {"apiVersion": 1, "providers": [{
         "name": "sparkguard", "folder": "sparkguard", "type": "file", "disableDeletion": True,
         "allowUiUpdates": False, "options": {"path": f"{GRAFANA_DIR}/dashboards"},
@@ -169,12 +223,14 @@ def desired_state(ctx: RoleContext) -> DesiredState:
     where = resolve(ctx.config)
     t = thresholds(ctx.config)
     unified = ctx.node.unified_memory
+    auth = web.web_auth(settings)
     packages = ["prometheus-node-exporter"]
-    files = [
+    web_files = web_state(auth, ctx.host, settings)
+    files = [*web_files,
         ManagedFile(NODE_EXPORTER_DEFAULTS, render_template(
             "monitoring/node-exporter.default.j2", listen=where.node_exporter,
             units_doc=", ".join(settings.node_exporter.systemd_units),
-            args=" ".join(node_exporter_args(where.node_exporter, settings))), before_packages=True),
+            args=" ".join(node_exporter_args(where.node_exporter, settings, auth))), before_packages=True),
         ManagedFile(NODE_METRICS_SCRIPT, render_template(
             "monitoring/node-metrics.sh.j2", textfile=NODE_METRICS_TEXTFILE, training_target=TRAINING_TARGET,
             unified="auto" if unified is None else int(unified), device_profile=ctx.node.device_class,
@@ -189,8 +245,9 @@ def desired_state(ctx: RoleContext) -> DesiredState:
             "monitoring/node-metrics.timer.j2", interval=settings.node_exporter.metrics_interval_s),
             validate="systemd-analyze verify {path}"),
     ]
+    web_paths = tuple(f.path for f in web_files)
     services = [
-        Service("prometheus-node-exporter.service", restart_on=(NODE_EXPORTER_DEFAULTS,)),
+        Service(NODE_EXPORTER_UNIT, restart_on=(NODE_EXPORTER_DEFAULTS, *web_paths)),
         Service(NODE_METRICS_TIMER, restart_on=(unit_path(NODE_METRICS_TIMER),)),
     ]
 
@@ -200,9 +257,11 @@ def desired_state(ctx: RoleContext) -> DesiredState:
         files.append(ManagedFile(PROMETHEUS_DEFAULTS, render_template(
             "monitoring/prometheus.default.j2", listen=where.prometheus,
             retention_time=settings.prometheus.retention_time, retention_size=settings.prometheus.retention_size,
-            args=" ".join(prometheus_args(where.prometheus, settings))), before_packages=True))
+            args=" ".join(prometheus_args(where.prometheus, settings, auth))), before_packages=True))
         files.append(ManagedFile(PROMETHEUS_DROPIN, render_template(
-            "monitoring/prometheus-ready.conf.j2", host=host, port=port)))
+            "monitoring/prometheus-ready.conf.j2", host=host, port=port,
+            web_get=web.WEB_GET if auth.enabled else None, url=f"{auth.scheme}://{where.prometheus}",
+            web_get_args=web.web_get_args(auth, web.credential(PROMETHEUS_UNIT, "web.password")))))
         # The rules go live before prometheus.yml: `promtool check config` loads the rule files it names.
         files.append(ManagedFile(ALERT_RULES, render_alert_rules(t), validate="promtool check rules {path}"))
         reload_on = [PROMETHEUS_CONFIG, ALERT_RULES]
@@ -211,19 +270,20 @@ def desired_state(ctx: RoleContext) -> DesiredState:
             reload_on.append(SITE_RULES)
         files.append(ManagedFile(PROMETHEUS_CONFIG, _yaml(prometheus_config(ctx)),
                                  validate="promtool check config {path}"))
-        services.append(Service("prometheus.service", restart_on=(PROMETHEUS_DEFAULTS, PROMETHEUS_DROPIN),
+        services.append(Service(PROMETHEUS_UNIT, restart_on=(PROMETHEUS_DEFAULTS, PROMETHEUS_DROPIN, *web_paths),
                                 reload_on=tuple(reload_on)))
         if settings.alertmanager.mode == "local":
             packages.append("prometheus-alertmanager")
             files.append(ManagedFile(ALERTMANAGER_DEFAULTS, render_template(
                 "monitoring/alertmanager.default.j2", listen=where.alertmanager,
-                args=f"--web.listen-address={where.alertmanager} --cluster.listen-address="), before_packages=True))
+                args=" ".join([f"--web.listen-address={where.alertmanager}", "--cluster.listen-address=",
+                               *web_args(ALERTMANAGER_UNIT, auth)])), before_packages=True))
             files.append(ManagedFile(ALERTMANAGER_CONFIG, _yaml(alertmanager_config(settings)),
                                      validate="amtool check-config {path}", group="prometheus", mode="0640",
                                      # A webhook URL (Slack, ntfy) is a credential: render shows a placeholder.
                                      secret=bool(settings.alertmanager.webhook_url or settings.alertmanager.heartbeat_url)))
-            services.append(Service("prometheus-alertmanager.service",
-                                    restart_on=(ALERTMANAGER_DEFAULTS, ALERTMANAGER_CONFIG)))
+            services.append(Service(ALERTMANAGER_UNIT,
+                                    restart_on=(ALERTMANAGER_DEFAULTS, ALERTMANAGER_CONFIG, *web_paths)))
 
     if where.cadvisor_enabled:
         host, port = split_host_port(where.cadvisor)
