@@ -151,8 +151,9 @@ class MonitoringSettings(Settings):
                " operator turns it on per group, with a receiver for the alerts.")
     allow_all_interfaces: bool = setting(
         False, "Allow a listen_address of 0.0.0.0 or [::] (every interface, including a public one). node_exporter,"
-        " Prometheus, Alertmanager and cAdvisor have no authentication here, and anyone who reaches Alertmanager"
-        " can silence its alerts: bind them to the management address, or opt in explicitly with true.")
+        " Prometheus and Alertmanager answer anyone who reaches them unless monitoring.web sets basic auth (cAdvisor"
+        " never has any), and anyone who reaches Alertmanager can silence its alerts: bind them to the"
+        " management address, or opt in explicitly with true.")
     web: WebSettings = setting(lambda: WebSettings(), "Basic auth and TLS of the three web endpoints.")
     node_exporter: NodeExporterSettings = setting(lambda: NodeExporterSettings(), "node_exporter and the textfile.")
     prometheus: PrometheusSettings = setting(lambda: PrometheusSettings(), "Prometheus.")
