@@ -178,9 +178,9 @@ def web_state(auth: "web.WebAuth", host: str, settings: MonitoringSettings) -> l
     if auth.user:
         files.append(ManagedFile(web.PASSWORD, f"{auth.password or ''}\n", **secret))
     if auth.tls:
-        files += [ManagedFile(web.CERT, f"{auth.cert}\n", mode="0644", before_packages=True),
+        files += [ManagedFile(web.CERT, f"{auth.cert or ''}\n", mode="0644", before_packages=True),
                   ManagedFile(web.KEY, f"{auth.key or ''}\n", **secret),
-                  ManagedFile(web.CA, f"{auth.ca or auth.cert}\n", mode="0644", before_packages=True)]
+                  ManagedFile(web.CA, f"{auth.ca or auth.cert or ''}\n", mode="0644", before_packages=True)]
     units = [NODE_EXPORTER_UNIT]
     if settings.prometheus.enabled:
         units.append(PROMETHEUS_UNIT)
