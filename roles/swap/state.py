@@ -6,7 +6,7 @@ from sparkguard.layout import (BIN_DIR, BUDGET_JSON, LIB_DIR, NODE_JSON, STATE_D
                                TRAINING_JOB_PREFIX, TRAINING_TARGET, VLLM_MODE_DIR, unit_path)
 from sparkguard.role import RoleContext
 from sparkguard.state import DesiredState, Directory, Ensure, FileEdit, ManagedFile, Service
-from sparkguard.templating import render_template, sandbox
+from sparkguard.templating import render_template
 
 from .fstab import MARKER, disable_swap_lines, enable_swap_lines
 from .settings import SwapSettings
@@ -35,13 +35,9 @@ def desired_state(ctx: RoleContext) -> DesiredState:
         ManagedFile(TOGGLE, render_template("swap/swap-toggle.sh.j2", **names), mode="0755", validate="sh -n {path}"),
         ManagedFile(LAUNCHER, render_template("swap/sparkguard-train.py.j2", **names), mode="0755",
                     validate="python3 -c \"import ast, sys; ast.parse(open(sys.argv[1]).read())\" {path}"),
-        # No mount namespace: a device swapped on from a private one shows up in /proc/swaps as "/vdb"
-        # once that namespace is gone (seen in the qemu test), breaking every later comparison. So the
-        # sandbox is capabilities (CAP_SYS_ADMIN), system calls (@swap on top) and address families only.
-        ManagedFile(unit_path(SWAPOFF_SERVICE), render_template(
-            "swap/swapoff.service.j2", sandbox=sandbox(("/run/sparkguard",), "CAP_SYS_ADMIN", devices=True,
-                                                       syscalls=True, extra_syscalls="@swap", namespaces=False),
-            **names),
+        # Not confined yet (docs/security.md): with the shared sandbox, swap was not restored after a
+        # killed launcher's job ended in one CI run of the qemu tests; kept as it was until that is understood.
+        ManagedFile(unit_path(SWAPOFF_SERVICE), render_template("swap/swapoff.service.j2", **names),
                     validate="systemd-analyze verify {path}"),
         ManagedFile(unit_path(TRAINING_TARGET), render_template("swap/training.target.j2", **names),
                     validate="systemd-analyze verify {path}"),
