@@ -34,14 +34,10 @@ def render_template(name: str, **context: Any) -> str:
     return _environment().get_template(name).render(**context)
 
 
-def sandbox(writable: tuple[str, ...], caps: str, devices: bool = False, syscalls: bool | None = None,
-            extra_syscalls: str = "", namespaces: bool = True) -> str:
+def sandbox(writable: tuple[str, ...], caps: str, devices: bool = False) -> str:
     """The [Service] sandbox of one of sparkguard's own root services (templates/base/sandbox.conf.j2).
 
     One block for every role's helper units, so their confinement cannot drift apart; each unit's
     exposure is held by tests/unit/test_unit_security.py against docs/security.md.
     """
-    # A device user (nvidia-smi) keeps W^X and the full syscall set by default: NVML was not tried under them.
-    syscalls = not devices if syscalls is None else syscalls
-    return render_template("base/sandbox.conf.j2", writable=writable, caps=caps, devices=devices,
-                           syscalls=syscalls, extra_syscalls=extra_syscalls, namespaces=namespaces)
+    return render_template("base/sandbox.conf.j2", writable=writable, caps=caps, devices=devices)
