@@ -32,7 +32,7 @@ from pyinfra.context import ctx_host, ctx_state
 from .errors import ConfigError, Problem
 from .facts import _PROBE, NodeInfo, parse_probe
 from .inventory import Inventory, InventoryHost
-from .operations import _normal_mode
+from .operations import PENDING_DIR, STAGE_DIR, UPLOAD_DIR, _normal_mode
 from .render import host_states
 from .runner import _ConnectErrors, _quiet_pyinfra, connect_hosts, explain_connect_error
 from .state import DesiredState
@@ -146,6 +146,9 @@ def build_probe(entry: InventoryHost, states: list[DesiredState]) -> str:
             lines.append(f"ck {_q(ensure_key(state, index))} {_q(item.check)}")
     roles = {s.role for s in states}
     lines = list(dict.fromkeys(lines))  # variants of one role share most lines (probe_states)
+    stages = " ".join(_q(f"{d}/{STAGE_DIR}") for d in sorted({m.path.rsplit("/", 1)[0] for s in states for m in s.files}))
+    lines.append(f"r leftovers \"$(ls -A {_q(PENDING_DIR)} 2>/dev/null | sed 's/^/pending:/'; "
+                 f"for p in {stages} {UPLOAD_DIR}/*; do [ -e \"$p\" ] && echo \"$p\"; done)\"")
     lines.append(r"""
 pid=$(systemctl show -p MainPID --value earlyoom.service 2>/dev/null)
 r earlyoom_active "$(systemctl is-active earlyoom.service 2>/dev/null)"
@@ -318,6 +321,11 @@ def evaluate(entry: InventoryHost, states: list[DesiredState], probe: ProbeOutpu
     info, rt = probe.info, probe.runtime
     cfg = entry.config
     roles = {s.role: s for s in states}
+
+    # Generic: an apply that died half-way (pending restarts, staged or uploaded files) says so.
+    leftovers = rt.get("leftovers", "").split()
+    add("apply: nothing left half-done", not leftovers, "no pending restart, no staged or uploaded file",
+        _short(leftovers) if leftovers else "none")
 
     # Generic: the node against each role's desired state.
     for state in states:

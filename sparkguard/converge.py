@@ -4,6 +4,10 @@ Shared by every role, so no role repeats the package / validated file /
 restart-on-change dance. Restarts are gated with ``_if=any_changed(...)``
 (a callable), never ``restarted=op.did_change`` (a bound method, always truthy),
 so the second apply reports zero changes.
+
+An apply can die anywhere (killed, connection lost). Files go live by rename, so each is old or
+new, never half; a change records its pending restart/reload/daemon-reload on the node before it
+goes live, and the next apply runs what is pending and removes what was left staged.
 """
 
 from __future__ import annotations
@@ -20,7 +24,8 @@ from .facts import NodeFacts, NodeInfo
 from .hostconfig import host_config_model
 from .role import NodeProfile, Role, RoleContext
 from .state import DesiredState
-from .operations import FileText, ManagedFilesState, ManagedFileState, ensure, managed_file, unit_masked
+from .operations import (FileText, Leftovers, ManagedFilesState, ManagedFileState, ensure, leftovers_removed,
+                         managed_file, pending_marker, service_action, unit_masked)
 
 MEMORY_TOLERANCE = 0.02
 
@@ -102,8 +107,23 @@ def current_context() -> RoleContext:
     return RoleContext(host=host.name, config=config, node=node_profile(config, info))
 
 
+DAEMON_RELOAD = pending_marker("systemd", "daemon-reload")
+
+
+def _markers(state: DesiredState, path: str) -> tuple[str, ...]:
+    """The pending markers a change of ``path`` sets: each restart/reload it triggers, daemon-reload for units."""
+    markers = [pending_marker(s.name, "restart") for s in state.services if s.running and path in s.restart_on]
+    markers += [pending_marker(s.name, "reload") for s in state.services if s.running and path in s.reload_on]
+    if state.file(path).is_systemd_unit:
+        markers.append(DAEMON_RELOAD)
+    return tuple(markers)
+
+
 def _install_file(state: DesiredState, managed, known: dict) -> object:
     extra = {"current": known[managed.path]} if managed.path in known else {}
+    markers = _markers(state, managed.path)
+    if markers:
+        extra["pending"] = markers
     return managed_file(
         name=f"{state.role}: file {managed.path}",
         path=managed.path,
@@ -125,6 +145,14 @@ def converge(state: DesiredState) -> None:
     # With nothing to install, only this role's own operations touch its files between now and
     # execution, so their current state can be read here in one round trip instead of one per file.
     known = host.get_fact(ManagedFilesState, paths=tuple(f.path for f in state.files)) if state.files and not missing else {}
+    directories = tuple(sorted({f.path.rsplit("/", 1)[0] or "/" for f in state.files}
+                               | {e.path.rsplit("/", 1)[0] or "/" for e in state.edits}))
+    found = host.get_fact(Leftovers, directories=directories)
+    leftovers_removed(name=f"{state.role}: leftovers of an interrupted apply", directories=directories, found=found)
+    pending = {p.rsplit("/", 1)[1] for p in found["pending"]} if found else set()
+
+    def was_pending(marker: str) -> bool:
+        return marker.rsplit("/", 1)[1] in pending
 
     file_ops = {}
     for managed in state.files:
@@ -167,12 +195,14 @@ def converge(state: DesiredState) -> None:
                 owner=mode_owner.get("owner", "root"),
                 group=mode_owner.get("group", "root"),
                 validate=edit.validate,
+                pending=(DAEMON_RELOAD,) if edit.path == "/etc/fstab" else (),
             ))
 
     reload_triggers = [op for path, op in file_ops.items() if state.file(path).is_systemd_unit]
     reload_triggers += [op for edit, op in zip(state.edits, edit_ops) if edit.path == "/etc/fstab"]
-    if reload_triggers:
-        systemd.daemon_reload(name=f"{state.role}: systemd daemon-reload", _if=any_changed(*reload_triggers))
+    if reload_triggers or was_pending(DAEMON_RELOAD):
+        service_action(name=f"{state.role}: systemd daemon-reload", service="", action="daemon-reload",
+                       marker=DAEMON_RELOAD, _if=_changed_or_pending(reload_triggers, was_pending(DAEMON_RELOAD)))
 
     for service in state.services:
         if service.masked is not None:
@@ -185,22 +215,17 @@ def converge(state: DesiredState) -> None:
             server.sysctl(name=f"{state.role}: sysctl {key}", key=key, value=value)
 
     for service in state.services:
-        restart_triggers = [file_ops[p] for p in service.restart_on if p in file_ops]
-        reload_triggers = [file_ops[p] for p in service.reload_on if p in file_ops]
-        if restart_triggers and service.running:
-            systemd.service(
-                name=f"{state.role}: restart {service.name} (config changed)",
-                service=service.name,
-                restarted=True,
-                _if=any_changed(*restart_triggers),
-            )
-        if reload_triggers and service.running:
-            systemd.service(
-                name=f"{state.role}: reload {service.name} (config changed)",
-                service=service.name,
-                reloaded=True,
-                _if=any_changed(*reload_triggers),
-            )
+        for action, paths in (("restart", service.restart_on), ("reload", service.reload_on)):
+            triggers = [file_ops[p] for p in paths if p in file_ops]
+            marker = pending_marker(service.name, action)
+            if (triggers or was_pending(marker)) and service.running:
+                service_action(
+                    name=f"{state.role}: {action} {service.name} (config changed)",
+                    service=service.name,
+                    action=action,
+                    marker=marker,
+                    _if=_changed_or_pending(triggers, was_pending(marker)),
+                )
         if service.running is None and service.enabled is None:
             continue
         systemd.service(
@@ -212,6 +237,12 @@ def converge(state: DesiredState) -> None:
 
     for item in state.ensures:
         ensure(name=f"{state.role}: {item.description}", check=item.check, fix=item.fix)
+
+
+def _changed_or_pending(triggers: list, pending: bool):
+    """An ``_if`` callable: one of ``triggers`` changed in this run, or an earlier run left it pending."""
+    changed = any_changed(*triggers)
+    return lambda: pending or changed()
 
 
 def role_deploy(role: Role):

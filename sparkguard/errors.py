@@ -62,6 +62,12 @@ class ConfigError(SparkguardError):
         return [p.paragraph() for p in self.problems]
 
 
+class NodeBusyError(SparkguardError):
+    """Another apply holds a node's lock; nothing was applied to any node."""
+
+    exit_code = 1
+
+
 class ConnectError(SparkguardError):
     """A node could not be reached; nothing was applied to any node."""
 

@@ -77,11 +77,19 @@ def _normal_mode(mode: str) -> str:
 
 
 UPLOAD_DIR = ".sparkguard-upload"
+STAGE_DIR = ".sparkguard-stage"
+# A config change whose restart or reload has not run yet: created with the change, removed by the
+# restart. An apply killed between the two leaves it, and the next apply restarts anyway.
+PENDING_DIR = "/var/lib/sparkguard/pending"
+
+
+def pending_marker(service: str, action: str) -> str:
+    return posixpath.join(PENDING_DIR, f"{service}.{action}")
 
 
 @operation()
 def managed_file(path: str, content: str, mode: str = "0644", owner: str = "root", group: str = "root",
-                 validate: str | None = None, current=_FETCH):
+                 validate: str | None = None, current=_FETCH, pending: tuple[str, ...] = ()):
     """Install exact content at ``path``; validate a staged copy before it goes live.
 
     + path: absolute path on the node
@@ -91,6 +99,8 @@ def managed_file(path: str, content: str, mode: str = "0644", owner: str = "root
       a non-zero exit leaves the live file untouched and fails the operation
     + current: the file's state when the caller already read it (``ManagedFilesState``, one
       round trip for many files); by default it is read here
+    + pending: markers (``pending_marker``) created just before the file goes live, so the
+      restart it calls for survives an apply that dies in between
 
     Example::
 
@@ -115,7 +125,7 @@ def managed_file(path: str, content: str, mode: str = "0644", owner: str = "root
         return
 
     directory, name = posixpath.split(path)
-    stage_dir = posixpath.join(directory, ".sparkguard-stage")
+    stage_dir = posixpath.join(directory, STAGE_DIR)
     staged = posixpath.join(stage_dir, name)
     q_dir, q_staged, q_path = (shlex.quote(p) for p in (stage_dir, staged, path))
     yield StringCommand(f"mkdir -p {shlex.quote(directory)} && mkdir -p -m 0700 {q_dir}")
@@ -140,7 +150,70 @@ def managed_file(path: str, content: str, mode: str = "0644", owner: str = "root
                 f" >&2; rm -rf {q_dir}; exit 1; }}"
             ),
         )
-    yield StringCommand(f"mv -f {q_staged} {q_path} && rmdir {q_dir}")
+    mark = ""
+    if pending:
+        mark = f"mkdir -p -m 0700 {shlex.quote(PENDING_DIR)} && touch {' '.join(shlex.quote(m) for m in pending)} && "
+    yield StringCommand(f"{mark}mv -f {q_staged} {q_path} && rmdir {q_dir}")
+
+
+class Leftovers(FactBase):
+    """What an interrupted apply left: staging directories next to managed files, uploads, pending markers.
+
+    Example::
+
+        host.get_fact(Leftovers, directories=("/etc/default", "/etc/systemd/system"))
+        # {"staging": ["/etc/default/.sparkguard-stage"], "uploads": [], "pending": ["earlyoom.service.restart"]}
+    """
+
+    def command(self, directories: tuple[str, ...]) -> str:
+        stages = " ".join(shlex.quote(posixpath.join(d, STAGE_DIR)) for d in directories)
+        return (
+            f"for p in {stages}; do if [ -d \"$p\" ] && [ ! -L \"$p\" ]; then printf 'staging\\t%s\\n' \"$p\"; fi; done; "
+            f"if [ -d {UPLOAD_DIR} ] && [ ! -L {UPLOAD_DIR} ]; then "
+            f"for p in {UPLOAD_DIR}/*; do [ -e \"$p\" ] && printf 'uploads\\t%s\\n' \"$p\"; done; fi; "
+            f"for p in {shlex.quote(PENDING_DIR)}/*; do [ -f \"$p\" ] && printf 'pending\\t%s\\n' \"${{p##*/}}\"; done; true"
+        )
+
+    def process(self, output):
+        found: dict[str, list[str]] = {"staging": [], "uploads": [], "pending": []}
+        for line in output:
+            kind, _, path = line.partition("\t")
+            if kind in found and path:
+                found[kind].append(path)
+        return found
+
+
+@operation()
+def leftovers_removed(directories: tuple[str, ...], found=_FETCH):
+    """Remove staging directories and uploads an interrupted apply left behind (never the live files).
+
+    Safe because an apply holds the node's lock (``node_lock``): no other apply is staging now.
+
+    Example::
+
+        leftovers_removed(name="interrupted apply: leftovers", directories=("/etc/default",))
+    """
+    if found is _FETCH:
+        found = host.get_fact(Leftovers, directories=directories)
+    stray = found["staging"] + found["uploads"]
+    if stray:
+        yield StringCommand("rm", "-rf", "--", *(shlex.quote(p) for p in stray))
+
+
+@operation()
+def service_action(service: str, action: str, marker: str):
+    """``systemctl restart|reload`` a service, then drop its pending marker (the change is now live).
+
+    Example::
+
+        service_action(name="restart earlyoom", service="earlyoom.service", action="restart",
+                       marker=pending_marker("earlyoom.service", "restart"), _if=...)
+    """
+    if action == "daemon-reload":
+        yield StringCommand("systemctl", "daemon-reload")
+    else:
+        yield StringCommand("systemctl", action, shlex.quote(service))
+    yield StringCommand("rm", "-f", shlex.quote(marker))
 
 
 class FileText(FactBase):

@@ -24,7 +24,8 @@ from pyinfra.api.state import BaseStateCallback, StateStage
 from pyinfra.connectors.sshuserclient.client import get_host_keys
 
 from .converge import PreflightError, _node_info_cache
-from .errors import ConfigError, ConnectError, Problem
+from . import node_lock
+from .errors import ConfigError, ConnectError, NodeBusyError, Problem
 from .facts import NodeInfo
 from .inventory import Inventory, InventoryHost
 
@@ -161,12 +162,15 @@ def run_deploy(inventory: Inventory, deploy_factory: Callable[[], Callable[[], N
 
     state.set_stage(StateStage.Connect)
     connect_hosts(state, entries, errors)
+    locks: list[node_lock.NodeLock] = []
     try:
         if errors.errors:
             raise ConnectError("\n\n".join(
                 f"host '{name}': {explain_connect_error(inventory.host(name), message)}"
                 for name, message in sorted(errors.errors.items())
             ))
+        if not dry:
+            locks = lock_hosts(state, entries)
 
         state.set_stage(StateStage.Prepare)
         try:
@@ -182,6 +186,8 @@ def run_deploy(inventory: Inventory, deploy_factory: Callable[[], Callable[[], N
                 pass  # "No hosts remaining!": every host failed an operation; reported per host below
         return _collect(state, entries, dry)
     finally:
+        for lock in locks:
+            lock.release()
         state.set_stage(StateStage.Disconnect)
         disconnect_all(state)
 
@@ -233,6 +239,25 @@ def connect_hosts(state: State, entries: list[InventoryHost], errors: "_ConnectE
         host = state.inventory.get_host(entry.name)
         if not host.connected and entry.name not in errors.errors:
             errors.errors[entry.name] = failure if failure and failure != "No hosts remaining!" else "did not connect"
+
+
+def lock_hosts(state: State, entries: list[InventoryHost]) -> list[node_lock.NodeLock]:
+    """Take every host's apply lock before anything is prepared; if one is busy, touch none."""
+    held: list[node_lock.NodeLock] = []
+    busy: list[str] = []
+    for entry in entries:
+        client = getattr(state.inventory.get_host(entry.name).connector, "client", None)
+        if client is None:
+            continue  # not an SSH connection (pyinfra's own @local in a developer's run)
+        try:
+            held.append(node_lock.take(client, entry.config.sudo))
+        except node_lock.NodeBusy as error:
+            busy.append(f"host '{entry.name}': {error}")
+    if busy:
+        for lock in held:
+            lock.release()
+        raise NodeBusyError("\n\n".join(busy) + "\n\nNothing was applied to any node; apply again once it is done.")
+    return held
 
 
 def describe_host(entry: InventoryHost, node: NodeInfo) -> dict[str, str]:

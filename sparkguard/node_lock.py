@@ -1,0 +1,94 @@
+"""One apply at a time per node: a lock on the node that lives exactly as long as this apply's SSH connection.
+
+Two operators (or an operator and a CI job) applying to one node at once would interleave
+staging, validation and restarts; the lock makes the second one refuse, naming who holds it.
+
+Why a channel and not a lock file with a pid: the holder is a `flock` on a root-owned file in
+`/run` (not world-writable, gone at reboot) kept by a `cat` reading this connection's own SSH
+channel. When the apply ends, is killed (SIGKILL included) or its connection drops, sshd closes
+that channel, `cat` sees end of file and the kernel releases the lock. Nothing stale is left to
+clean up, and nothing depends on the operator's machine surviving.
+"""
+
+from __future__ import annotations
+
+import datetime
+import getpass
+import os
+import shlex
+import socket
+import string
+from dataclasses import dataclass
+
+LOCK_FILE = "/run/sparkguard-apply.lock"
+LOCKED = "sparkguard-locked"
+BUSY_EXIT = 75  # EX_TEMPFAIL: try again later
+_PRINTABLE = set(string.ascii_letters + string.digits + " .:_@-+")
+
+
+def holder_description() -> str:
+    """Who is applying, as the second operator will read it (printable characters only)."""
+    try:
+        user = getpass.getuser()
+    except Exception:  # noqa: BLE001 - no user name is no reason not to apply
+        user = f"uid {os.getuid()}"
+    when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    text = f"sparkguard apply by {user}@{socket.gethostname()} (pid {os.getpid()}) since {when}"
+    return "".join(c if c in _PRINTABLE else "?" for c in text)[:200]
+
+
+def lock_command(holder: str, sudo: bool) -> str:
+    """The node-side holder: take the lock or say who has it; then keep it until stdin ends."""
+    script = (
+        f"umask 077; exec 9<>{LOCK_FILE} || exit 70; "
+        f"if flock -n 9; then printf '%s\\n' {shlex.quote(holder)} >{LOCK_FILE}; echo {LOCKED}; exec cat >/dev/null; "
+        f"else cat {LOCK_FILE}; exit {BUSY_EXIT}; fi"
+    )
+    command = f"sh -c {shlex.quote(script)}"
+    return f"sudo -n {command}" if sudo else command
+
+
+@dataclass
+class NodeLock:
+    """A held lock; ``release`` (or the connection ending) lets the next apply in."""
+
+    channel: object
+
+    def release(self) -> None:
+        try:
+            self.channel.close()  # type: ignore[attr-defined]
+        except Exception:  # noqa: BLE001 - the connection may be gone already, which releases it too
+            pass
+
+
+class NodeBusy(Exception):
+    """Another apply holds the node's lock (or the lock could not be taken)."""
+
+
+def take(client, sudo: bool, holder: str | None = None, timeout: float = 30.0) -> NodeLock:
+    """Take the node's apply lock over ``client`` (a connected paramiko SSHClient) or raise NodeBusy."""
+    channel = client.get_transport().open_session()
+    channel.settimeout(timeout)
+    channel.exec_command(lock_command(holder or holder_description(), sudo))
+    received = b""
+    try:
+        while b"\n" not in received:
+            chunk = channel.recv(512)
+            if not chunk:
+                break
+            received += chunk
+    except socket.timeout:
+        channel.close()
+        raise NodeBusy(f"the node did not answer the lock request within {timeout:.0f} s") from None
+    first_line = received.split(b"\n", 1)[0].decode(errors="replace").strip()
+    if first_line == LOCKED:
+        channel.settimeout(None)
+        return NodeLock(channel)
+    status = channel.recv_exit_status()
+    error = channel.recv_stderr(4096).decode(errors="replace").strip()
+    channel.close()
+    if status == BUSY_EXIT:
+        raise NodeBusy(f"another apply is running on this node: {first_line or 'holder unknown'}; "
+                       f"it is released when that apply's SSH connection ends")
+    raise NodeBusy(f"the node's apply lock {LOCK_FILE} could not be taken (exit {status}: "
+                   f"{error or first_line or 'no output'})")

@@ -1,0 +1,113 @@
+"""What an apply that died half-way leaves, and how the next one finishes its work (table-driven).
+
+Facts in, commands out, including the no-change case. The leftovers fact's shell runs for real
+against a directory tree made here (its pending directory pointed into that tree).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+from types import SimpleNamespace
+
+import pytest
+from pyinfra.context import ctx_host
+
+from sparkguard import operations
+from sparkguard.converge import DAEMON_RELOAD, _markers
+from sparkguard.operations import Leftovers, leftovers_removed, managed_file, pending_marker, service_action
+from sparkguard.render import host_states
+from tests.unit.test_audit import example
+
+
+def commands(op, *args, **kwargs) -> list[str]:
+    return [str(c) if not hasattr(c, "get_raw_value") else c.get_raw_value() for c in op._inner(*args, **kwargs)]
+
+
+@pytest.fixture
+def fake_host():
+    fake = SimpleNamespace(data={}, get_temp_filename=lambda path: f"/tmp/pyinfra-{hashlib.sha1(path.encode()).hexdigest()}")
+    with ctx_host.use(fake):
+        yield fake
+
+
+def test_leftovers_fact_finds_staging_uploads_and_pending(tmp_path, monkeypatch):
+    monkeypatch.setattr(operations, "PENDING_DIR", str(tmp_path / "pending"))
+    (tmp_path / "etc" / ".sparkguard-stage").mkdir(parents=True)
+    (tmp_path / "clean").mkdir()
+    (tmp_path / "home" / ".sparkguard-upload").mkdir(parents=True)
+    (tmp_path / "home" / ".sparkguard-upload" / "0abc").write_text("half")
+    (tmp_path / "pending").mkdir()
+    (tmp_path / "pending" / "earlyoom.service.restart").write_text("")
+    (tmp_path / "linked").mkdir()
+    (tmp_path / "linked" / ".sparkguard-stage").symlink_to(tmp_path / "etc")  # never followed into rm -rf
+    command = Leftovers().command((str(tmp_path / "etc"), str(tmp_path / "clean"), str(tmp_path / "linked")))
+    out = subprocess.run(["sh", "-c", command], cwd=tmp_path / "home", capture_output=True, text=True, timeout=10)
+    assert Leftovers().process(out.stdout.splitlines()) == {
+        "staging": [str(tmp_path / "etc" / ".sparkguard-stage")],
+        "uploads": [".sparkguard-upload/0abc"],
+        "pending": ["earlyoom.service.restart"],
+    }
+
+
+def test_leftovers_fact_on_a_clean_node_finds_nothing(tmp_path, monkeypatch):
+    monkeypatch.setattr(operations, "PENDING_DIR", str(tmp_path / "pending"))
+    out = subprocess.run(["sh", "-c", Leftovers().command((str(tmp_path),))], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=10)
+    assert out.returncode == 0
+    assert Leftovers().process(out.stdout.splitlines()) == {"staging": [], "uploads": [], "pending": []}
+
+
+@pytest.mark.parametrize("found,expected", [
+    ({"staging": [], "uploads": [], "pending": []}, []),
+    ({"staging": [], "uploads": [], "pending": ["earlyoom.service.restart"]}, []),  # pending: the restart's job
+    ({"staging": ["/etc/default/.sparkguard-stage"], "uploads": [".sparkguard-upload/ab"], "pending": []},
+     ["rm -rf -- /etc/default/.sparkguard-stage .sparkguard-upload/ab"]),
+    ({"staging": ["/etc/it's/.sparkguard-stage"], "uploads": [], "pending": []},
+     ["rm -rf -- '/etc/it'\"'\"'s/.sparkguard-stage'"]),
+])
+def test_leftovers_removed(found, expected):
+    assert commands(leftovers_removed, ("/etc/default",), found=found) == expected
+
+
+@pytest.mark.parametrize("service,action,expected", [
+    ("earlyoom.service", "restart",
+     ["systemctl restart earlyoom.service", "rm -f /var/lib/sparkguard/pending/earlyoom.service.restart"]),
+    ("prometheus.service", "reload",
+     ["systemctl reload prometheus.service", "rm -f /var/lib/sparkguard/pending/prometheus.service.reload"]),
+    ("", "daemon-reload", ["systemctl daemon-reload", "rm -f /var/lib/sparkguard/pending/systemd.daemon-reload"]),
+])
+def test_service_action_runs_then_clears_its_marker(service, action, expected):
+    marker = DAEMON_RELOAD if action == "daemon-reload" else pending_marker(service, action)
+    assert commands(service_action, service, action, marker) == expected
+
+
+def test_unchanged_file_sets_no_marker(fake_host):
+    content = "EARLYOOM_ARGS=\n"
+    current = {"mode": "644", "owner": "root", "group": "root", "sha256": hashlib.sha256(content.encode()).hexdigest()}
+    assert commands(managed_file, "/etc/default/earlyoom", content, current=current,
+                    pending=(pending_marker("earlyoom.service", "restart"),)) == []
+
+
+def test_changed_file_records_its_restart_before_it_goes_live(fake_host):
+    marker = pending_marker("earlyoom.service", "restart")
+    out = commands(managed_file, "/etc/default/earlyoom", "EARLYOOM_ARGS=-m 5\n", current=None, pending=(marker,))
+    last = out[-1]
+    assert last == (f"mkdir -p -m 0700 /var/lib/sparkguard/pending && touch {marker} && "
+                    "mv -f /etc/default/.sparkguard-stage/earlyoom /etc/default/earlyoom && "
+                    "rmdir /etc/default/.sparkguard-stage")
+
+
+def test_markers_follow_the_roles_restart_and_reload_lists():
+    entry, states = example()
+    earlyoom = next(s for s in states if s.role == "earlyoom")
+    assert pending_marker("earlyoom.service", "restart") in _markers(earlyoom, "/etc/default/earlyoom")
+    for state in states:
+        for managed in state.files:
+            markers = _markers(state, managed.path)
+            assert (DAEMON_RELOAD in markers) == managed.is_systemd_unit, managed.path
+            for service in state.services:
+                if service.running and managed.path in service.restart_on:
+                    assert pending_marker(service.name, "restart") in markers
+                if not service.running:
+                    assert pending_marker(service.name, "restart") not in markers

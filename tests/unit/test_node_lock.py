@@ -1,0 +1,43 @@
+"""The node-side apply lock, run for real with flock: the first holder keeps it while its input is open."""
+
+from __future__ import annotations
+
+import subprocess
+
+from sparkguard import node_lock
+
+
+def start_holder(holder: str) -> subprocess.Popen:
+    return subprocess.Popen(["sh", "-c", node_lock.lock_command(holder, sudo=False)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_second_apply_is_refused_naming_the_holder_until_the_first_connection_ends(tmp_path, monkeypatch):
+    monkeypatch.setattr(node_lock, "LOCK_FILE", str(tmp_path / "apply.lock"))
+    first = start_holder("sparkguard apply by alice@laptop (pid 1) since now")
+    try:
+        assert first.stdout.readline().strip() == node_lock.LOCKED
+        second = start_holder("sparkguard apply by bob@ci (pid 2) since now")
+        out, _ = second.communicate(timeout=10)
+        assert second.returncode == node_lock.BUSY_EXIT
+        assert "alice@laptop" in out
+        assert (tmp_path / "apply.lock").stat().st_mode & 0o777 == 0o600
+    finally:
+        first.stdin.close()  # what sshd does when the apply's connection ends, however it ends
+        first.wait(timeout=10)
+    third = start_holder("sparkguard apply by bob@ci (pid 3) since now")
+    try:
+        assert third.stdout.readline().strip() == node_lock.LOCKED
+    finally:
+        third.stdin.close()
+        third.wait(timeout=10)
+
+
+def test_holder_text_is_quoted_and_printable():
+    holder = node_lock.holder_description()
+    assert holder.startswith("sparkguard apply by ") and all(c.isprintable() for c in holder)
+    command = node_lock.lock_command("x'; touch /tmp/sg-pwn; '", sudo=True)
+    assert command.startswith("sudo -n sh -c ")
+    out = subprocess.run(["sh", "-c", f"printf '%s' {command[len('sudo -n sh -c '):]}"], capture_output=True,
+                         text=True, timeout=10).stdout
+    assert "printf '%s\\n' 'x'\"'\"'; touch /tmp/sg-pwn; '\"'\"''" in out
