@@ -149,7 +149,7 @@ def converge(state: DesiredState) -> None:
                                | {e.path.rsplit("/", 1)[0] or "/" for e in state.edits}))
     found = host.get_fact(Leftovers, directories=directories)
     leftovers_removed(name=f"{state.role}: leftovers of an interrupted apply", directories=directories, found=found)
-    pending = {p.rsplit("/", 1)[1] for p in found["pending"]} if found else set()
+    pending = set(found["pending"]) if found else set()
 
     def was_pending(marker: str) -> bool:
         return marker.rsplit("/", 1)[1] in pending

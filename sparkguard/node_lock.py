@@ -23,6 +23,9 @@ from dataclasses import dataclass
 LOCK_FILE = "/run/sparkguard-apply.lock"
 LOCKED = "sparkguard-locked"
 BUSY_EXIT = 75  # EX_TEMPFAIL: try again later
+# An apply that just ended (or was killed) releases the lock when sshd has noticed: wait that long, not more
+# (SPARKGUARD_LOCK_WAIT_S=N: N seconds; a CI job queueing behind another may want more).
+WAIT_S = 10
 _PRINTABLE = set(string.ascii_letters + string.digits + " .:_@-+")
 
 
@@ -37,11 +40,14 @@ def holder_description() -> str:
     return "".join(c if c in _PRINTABLE else "?" for c in text)[:200]
 
 
-def lock_command(holder: str, sudo: bool) -> str:
+def lock_command(holder: str, sudo: bool, wait_s: int | None = None) -> str:
     """The node-side holder: take the lock or say who has it; then keep it until stdin ends."""
+    if wait_s is None:
+        wait_s = int(os.environ.get("SPARKGUARD_LOCK_WAIT_S", WAIT_S)) if os.environ.get(
+            "SPARKGUARD_LOCK_WAIT_S", "").isdigit() else WAIT_S
     script = (
         f"umask 077; exec 9<>{LOCK_FILE} || exit 70; "
-        f"if flock -n 9; then printf '%s\\n' {shlex.quote(holder)} >{LOCK_FILE}; echo {LOCKED}; exec cat >/dev/null; "
+        f"if flock -w {int(wait_s)} 9; then printf '%s\\n' {shlex.quote(holder)} >{LOCK_FILE}; echo {LOCKED}; exec cat >/dev/null; "
         f"else cat {LOCK_FILE}; exit {BUSY_EXIT}; fi"
     )
     command = f"sh -c {shlex.quote(script)}"
@@ -65,7 +71,7 @@ class NodeBusy(Exception):
     """Another apply holds the node's lock (or the lock could not be taken)."""
 
 
-def take(client, sudo: bool, holder: str | None = None, timeout: float = 30.0) -> NodeLock:
+def take(client, sudo: bool, holder: str | None = None, timeout: float = 30.0 + WAIT_S) -> NodeLock:
     """Take the node's apply lock over ``client`` (a connected paramiko SSHClient) or raise NodeBusy."""
     channel = client.get_transport().open_session()
     channel.settimeout(timeout)

@@ -174,8 +174,12 @@ class Leftovers(FactBase):
             f"for p in {shlex.quote(PENDING_DIR)}/*; do [ -f \"$p\" ] && printf 'pending\\t%s\\n' \"${{p##*/}}\"; done; true"
         )
 
+    @staticmethod
+    def default():
+        return {"staging": [], "uploads": [], "pending": []}  # a clean node prints nothing
+
     def process(self, output):
-        found: dict[str, list[str]] = {"staging": [], "uploads": [], "pending": []}
+        found: dict[str, list[str]] = self.default()
         for line in output:
             kind, _, path = line.partition("\t")
             if kind in found and path:
@@ -193,8 +197,8 @@ def leftovers_removed(directories: tuple[str, ...], found=_FETCH):
 
         leftovers_removed(name="interrupted apply: leftovers", directories=("/etc/default",))
     """
-    if found is _FETCH:
-        found = host.get_fact(Leftovers, directories=directories)
+    if found is _FETCH or found is None:
+        found = host.get_fact(Leftovers, directories=directories) or Leftovers.default()
     stray = found["staging"] + found["uploads"]
     if stray:
         yield StringCommand("rm", "-rf", "--", *(shlex.quote(p) for p in stray))

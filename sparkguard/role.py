@@ -75,6 +75,9 @@ class Role:
     # Node facts that would change this role's output where a setting is 'auto': the audit reads the
     # files of every variant in its one round trip, then judges the node by the variant it really is.
     live_alternatives: Callable[["HostConfig"], tuple["NodeInfo", ...]] | None = None
+    # Advice across the whole inventory (not an error: a lab node may rightly stand alone), printed by
+    # validate and apply: {host name: config} in, one paragraph per piece of advice out.
+    fleet_advice: Callable[[dict[str, "HostConfig"]], Iterable[str]] | None = None
 
     def enabled(self, config: "HostConfig") -> bool:
         return bool(getattr(getattr(config, self.name), "enabled", True))

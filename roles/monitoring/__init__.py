@@ -5,6 +5,7 @@ from sparkguard.role import Role
 from .checks import preflight, problems
 from .settings import MonitoringSettings
 from .state import desired_state
+from .watchers import unwatched
 
 ROLE = Role(
     name="monitoring",
@@ -14,4 +15,5 @@ ROLE = Role(
             " Grafana provisioning, Alertmanager",
     checks=problems,
     preflight=preflight,
+    fleet_advice=unwatched,
 )

@@ -154,6 +154,10 @@ class MonitoringSettings(Settings):
         " Prometheus and Alertmanager answer anyone who reaches them unless monitoring.web sets basic auth (cAdvisor"
         " never has any), and anyone who reaches Alertmanager can silence its alerts: bind them to the"
         " management address, or opt in explicitly with true.")
+    watched_externally: bool = setting(
+        False, "A Prometheus outside this inventory (a central one) scrapes this node's node_exporter. Without it"
+        " (or a peer in this inventory listing the node in prometheus.node_targets), validate and apply advise"
+        " that a hang of this node cannot page: a node's own Prometheus dies with it.")
     web: WebSettings = setting(lambda: WebSettings(), "Basic auth and TLS of the three web endpoints.")
     node_exporter: NodeExporterSettings = setting(lambda: NodeExporterSettings(), "node_exporter and the textfile.")
     prometheus: PrometheusSettings = setting(lambda: PrometheusSettings(), "Prometheus.")

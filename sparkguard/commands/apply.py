@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import sys
 
 from rich.console import Console
 from rich.table import Table
 
+from ..advice import fleet_advice
 from ..console import console as make_console
 from ..converge import role_deploy, site_deploy
 from ..inventory import load_inventory
@@ -62,6 +64,8 @@ def print_report(result: ApplyResult, console: Console | None = None) -> None:
 
 def run(args) -> int:
     inventory = load_inventory(args.inventory)
+    for paragraph in fleet_advice(inventory):
+        print(f"advice: {paragraph}", file=sys.stderr)
     result = run_deploy(inventory, _deploy_factory(args.role), dry=args.dry, limit=args.limit,
                         verbose=args.verbose)
     if args.json:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+
+from ..advice import fleet_advice
 from ..inventory import load_inventory
 
 
@@ -14,4 +17,6 @@ def register(sub) -> None:
 def run(args) -> int:
     inventory = load_inventory(args.inventory)
     print(f"{inventory.path}: {len(inventory.hosts)} host(s) valid: {', '.join(h.name for h in inventory.hosts)}")
+    for paragraph in fleet_advice(inventory):
+        print(f"advice: {paragraph}", file=sys.stderr)
     return 0

@@ -8,7 +8,7 @@ from sparkguard import node_lock
 
 
 def start_holder(holder: str) -> subprocess.Popen:
-    return subprocess.Popen(["sh", "-c", node_lock.lock_command(holder, sudo=False)], stdin=subprocess.PIPE,
+    return subprocess.Popen(["sh", "-c", node_lock.lock_command(holder, sudo=False, wait_s=1)], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
