@@ -46,3 +46,12 @@ def require_root_and_tools(what: str, missing_tools: list[str]) -> None:
         if in_ci():
             pytest.fail(reason)
         pytest.skip(reason)
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    from tests.reporting import LINES
+
+    if LINES:
+        terminalreporter.section("sparkguard figures")
+        for line in LINES:
+            terminalreporter.write_line(line)

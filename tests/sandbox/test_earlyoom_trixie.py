@@ -7,7 +7,6 @@ used, and the incident replay under nohang.
 
 from __future__ import annotations
 
-import sys
 
 import pytest
 
@@ -18,6 +17,7 @@ from sparkguard.inventory import load_inventory
 from sparkguard.runner import run_deploy
 from tests.replay import (GIB, LAUNCHES, NOHANG_MAX_LINE_PERCENT, ReplayPlan, assert_incident_outcome, host_ballast,
                           meminfo_kib, remove_tools, run_cell, run_replay)
+from tests.reporting import report
 
 NODE = "node-1"
 ACCEPT = "    earlyoom: {newer_version: accept-anon-relative}\n"
@@ -103,8 +103,8 @@ def test_why_not_earlyoom_1_8_it_does_not_fire_on_driver_memory(trixie_node, tmp
     below = result.lowest_below_line_kib
     assert below is not None and below > 100 * 1024, "the hog must take MemAvailable well below the line"
     assert not result.got_sigterm, result.earlyoom_log[-800:]
-    print(f"\nearlyoom 1.8.2: MemAvailable went {below / 1024:.0f} MiB below the host-level SIGTERM line; "
-          f"no signal was sent", file=sys.__stderr__)
+    report(f"\nearlyoom 1.8.2: MemAvailable went {below / 1024:.0f} MiB below the host-level SIGTERM line; "
+          f"no signal was sent")
 
 
 @pytest.fixture(scope="module")
@@ -135,6 +135,5 @@ def test_incident_replay_under_nohang_kills_the_trainer_first_and_spares_everyth
     result = run_cell(trixie_node, NODE, nohang_lab, spec, guard="nohang")
     assert_incident_outcome(result, spec)
     record_property("reaction_s", round(result.reaction_s, 3))
-    print(f"\nnohang, {launch}: SIGTERM {result.reaction_s * 1000:.0f} ms after the line "
-          f"({nohang_lab.term_percent}% of MemTotal, {nohang_lab.term_line_kib / GIB * 1024:.2f} GiB)",
-          file=sys.__stderr__)
+    report(f"\nnohang, {launch}: SIGTERM {result.reaction_s * 1000:.0f} ms after the line "
+          f"({nohang_lab.term_percent}% of MemTotal, {nohang_lab.term_line_kib / GIB * 1024:.2f} GiB)")

@@ -8,7 +8,6 @@ order must come from the marks and the GPU ranking agent, not from RSS.
 
 from __future__ import annotations
 
-import sys
 
 import pytest
 
@@ -16,6 +15,7 @@ from sparkguard.converge import site_deploy
 from sparkguard.inventory import load_inventory
 from sparkguard.runner import run_deploy
 from tests.replay import LAUNCHES, ReplayPlan, assert_incident_outcome, remove_tools, run_cell
+from tests.reporting import report
 
 NODE = "node-1"
 MATRIX: list = []
@@ -43,15 +43,13 @@ def lab_lines(sandbox_nodes, tmp_path_factory):
 def print_matrix() -> None:
     if not MATRIX:
         return
-    print("\nincident replay matrix (earlyoom 1.7; bystanders: vLLM stand-in adj 300 with the larger RSS, "
-          "python3 notebook, open SSH session; reaction 0 ms = within the trainer's 50 ms sampling):",
-          file=sys.__stderr__)
-    print(f"  {'launch path':30} {'trainer adj':>11} {'first victim':>13} {'reaction':>9} {'bystanders':>10}",
-          file=sys.__stderr__)
+    report("\nincident replay matrix (earlyoom 1.7; bystanders: vLLM stand-in adj 300 with the larger RSS, "
+          "python3 notebook, open SSH session; reaction 0 ms = within the trainer's 50 ms sampling):")
+    report(f"  {'launch path':30} {'trainer adj':>11} {'first victim':>13} {'reaction':>9} {'bystanders':>10}")
     for r in MATRIX:
         reaction = f"{r.reaction_s * 1000:.0f} ms" if r.reaction_s is not None else "-"
-        print(f"  {r.launch:30} {r.hog_adj or '?':>11} {'trainer' if r.trainer_killed_first else 'OTHER':>13} "
-              f"{reaction:>9} {'survived' if r.bystanders_alive else 'HIT':>10}", file=sys.__stderr__)
+        report(f"  {r.launch:30} {r.hog_adj or '?':>11} {'trainer' if r.trainer_killed_first else 'OTHER':>13} "
+              f"{reaction:>9} {'survived' if r.bystanders_alive else 'HIT':>10}")
 
 
 @pytest.mark.parametrize("launch", LAUNCHES)

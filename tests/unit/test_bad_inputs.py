@@ -10,12 +10,12 @@ from __future__ import annotations
 import json
 import resource
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import SPARKGUARD
+from tests.reporting import report
 
 GOOD_HOST = "all:\n  vars:\n    node: {memory_total_gib: 121.7}\n  hosts:\n    spark-01: {ssh_host: 192.0.2.11}\n"
 LAUGHS = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
@@ -68,8 +68,8 @@ def summary():
     tracebacks = sum(1 for _, tb, _ in RESULTS.values() if tb)
     outside = sum(1 for _, _, out in RESULTS.values() if out)
     rejected = sum(1 for rc, _, _ in RESULTS.values() if rc == 2)
-    print(f"\nbad inputs: {len(RESULTS)} tried, {rejected} rejected with exit 2, {tracebacks} tracebacks, "
-          f"{outside} wrote outside --out", file=sys.__stderr__)
+    report(f"\nbad inputs: {len(RESULTS)} tried, {rejected} rejected with exit 2, {tracebacks} tracebacks, "
+          f"{outside} wrote outside --out")
 
 
 @pytest.mark.parametrize("case", CASES)

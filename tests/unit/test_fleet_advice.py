@@ -20,7 +20,7 @@ PEERS = ", prometheus: {node_targets: ['10.0.0.1:9100', '10.0.0.2:9100']}"
 @pytest.mark.parametrize("all_extra,a_extra,b_extra,advised", [
     ("", "", "", ["a", "b"]),                          # each scrapes only itself: nothing pages for either
     (PEERS, "", "", []),                                # peers (the example inventory's pattern)
-    ("", "", f", monitoring: {{prometheus: {{node_targets: ['10.0.0.1:9100']}}}}", ["b"]),  # b watches a only
+    ("", "", ", monitoring: {prometheus: {node_targets: ['10.0.0.1:9100']}}", ["b"]),  # b watches a only
     ("", ", monitoring: {watched_externally: true}", ", monitoring: {watched_externally: true}", []),
     ("", ", monitoring: {enabled: false}", "", ["b"]),  # a has no monitoring: no advice for it
 ])

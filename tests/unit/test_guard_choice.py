@@ -16,7 +16,7 @@ from roles.earlyoom.checks import preflight
 from roles.earlyoom.guard import choose_guard, describe
 from roles.earlyoom.names import avoid_regex, prefer_regex
 from roles.earlyoom.settings import EarlyoomSettings
-from roles.earlyoom.state import NOHANG_ACTION, NOHANG_CONF, desired_state
+from roles.earlyoom.state import NOHANG_ACTION, NOHANG_CONF
 from sparkguard.facts import parse_probe
 from sparkguard.inventory import load_inventory
 from sparkguard.render import host_states

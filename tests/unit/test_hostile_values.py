@@ -25,6 +25,7 @@ from sparkguard.errors import ConfigError
 from sparkguard.hostconfig import host_config_model
 from sparkguard.inventory import load_inventory
 from sparkguard.render import render_inventory
+from tests.reporting import report
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = yaml.safe_load((REPO / "inventory" / "example" / "hosts.yml").read_text())
@@ -77,11 +78,9 @@ TALLY = {"tried": 0, "refused": 0, "inert": 0, "injections": 0}
 @pytest.fixture(scope="module", autouse=True)
 def summary():
     yield
-    import sys
 
-    print(f"\nhostile values: {TALLY['tried']} tried over {len(SETTINGS)} string settings, {TALLY['refused']} "
-          f"refused (exit 2), {TALLY['inert']} accepted and only JSON/YAML-encoded, {TALLY['injections']} injections",
-          file=sys.__stderr__)
+    report(f"\nhostile values: {TALLY['tried']} tried over {len(SETTINGS)} string settings, {TALLY['refused']} "
+          f"refused (exit 2), {TALLY['inert']} accepted and only JSON/YAML-encoded, {TALLY['injections']} injections")
 
 
 def test_the_schema_walk_finds_the_settings_that_reach_the_node():

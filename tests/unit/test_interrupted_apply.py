@@ -16,7 +16,6 @@ from pyinfra.context import ctx_host
 from sparkguard import operations
 from sparkguard.converge import DAEMON_RELOAD, _markers
 from sparkguard.operations import Leftovers, leftovers_removed, managed_file, pending_marker, service_action
-from sparkguard.render import host_states
 from tests.unit.test_audit import example
 
 
