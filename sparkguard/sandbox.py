@@ -25,11 +25,10 @@ from pathlib import Path
 import yaml
 
 from .errors import SparkguardError
+from .hosttools import MIRROR, RELEASES, run_tool
 from .paths import REPO_ROOT
 from .pyinfra_inventory import write_adapter
 
-RELEASES = ("bookworm", "trixie")
-MIRROR = "http://deb.debian.org/debian"
 INCLUDE = "systemd,systemd-sysv,dbus,openssh-server,iproute2,python3,procps,sudo,ca-certificates"
 DEFAULT_STATE_DIR = Path(os.environ.get("SPARKGUARD_SANDBOX_DIR", "/var/lib/sparkguard/sandbox"))
 DEFAULT_CACHE_DIR = Path(os.environ.get("SPARKGUARD_CACHE_DIR", "/var/cache/sparkguard/rootfs"))
@@ -76,7 +75,7 @@ class Sandbox:
         (self.state_dir / "sandbox.json").write_text(json.dumps(record, indent=2) + "\n")
 
     @classmethod
-    def load(cls, state_dir: Path) -> "Sandbox | None":
+    def load(cls, state_dir: Path) -> Sandbox | None:
         record_file = state_dir / "sandbox.json"
         if not record_file.exists():
             return None
@@ -100,14 +99,8 @@ def _pid_alive(pid: int) -> bool:
 
 
 def _run(cmd: list[str], **kwargs) -> subprocess.CompletedProcess:
-    try:
-        return subprocess.run(cmd, check=True, capture_output=True, text=True, **kwargs)
-    except FileNotFoundError as exc:
-        raise SandboxError(f"sandbox: '{cmd[0]}' is not installed; install debootstrap, systemd-container and "
-                           f"openssh-client (the README's first command does)") from exc
-    except subprocess.CalledProcessError as exc:
-        raise SandboxError(f"sandbox: `{' '.join(cmd[:4])}...` failed (exit {exc.returncode}): "
-                           f"{(exc.stderr or exc.stdout or '').strip()[-800:]}") from exc
+    return run_tool(cmd, SandboxError, "sandbox", "debootstrap, systemd-container and openssh-client "
+                    "(the README's first command does)", **kwargs)
 
 
 def _require_root() -> None:
@@ -303,20 +296,21 @@ def status(state_dir: Path = DEFAULT_STATE_DIR) -> list[dict]:
 
 
 def _stop(node: Node, timeout: float = 20) -> None:
-    if not node.alive():
+    if node.pid is None or not node.alive():
         return
-    os.kill(node.pid, signal.SIGTERM)  # nspawn asks the node's systemd to power off cleanly
+    pid = node.pid
+    os.kill(pid, signal.SIGTERM)  # nspawn asks the node's systemd to power off cleanly
     deadline = time.time() + timeout
     while time.time() < deadline and node.alive():
         time.sleep(0.2)
     if node.alive():
         try:
-            os.killpg(node.pid, signal.SIGKILL)
+            os.killpg(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
         while node.alive():
             time.sleep(0.1)
-    _reap(node.pid)
+    _reap(pid)
 
 
 def _reap(pid: int) -> None:

@@ -2,7 +2,7 @@
 
 For tests that must not touch the host's kernel: swap on/off, sysctls, the
 watchdog, reboots and kernel crashes. The image is built once and cached
-(sparkguard.vm.ensure_image); each session boots a throw-away copy of it.
+(tests.vm.harness.ensure_image); each session boots a throw-away copy of it.
 Under TCG a boot takes about a minute, so tests share this one VM; a test that
 leaves the VM changed (swap off, a sysctl) should put it back.
 """
@@ -13,8 +13,8 @@ from contextlib import contextmanager
 
 import pytest
 
-from sparkguard import vm
 from tests.conftest import require_root_and_tools
+from tests.vm import harness as vm
 
 
 def _require_vm_tools() -> None:
@@ -44,7 +44,7 @@ def booted(image, run_dir, **options):
 
 @pytest.fixture(scope="session")
 def vm_node(vm_image, tmp_path_factory):
-    """A booted VM (sparkguard.vm.VM) with its inventory written to vm_node.inventory_dir."""
+    """A booted VM (tests.vm.harness.VM) with its inventory written to vm_node.inventory_dir."""
     with booted(vm_image, tmp_path_factory.mktemp("vm-node")) as node:
         yield node
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from sparkguard import vm
 from sparkguard.inventory import load_inventory
+from tests.vm import harness as vm
 
 pytestmark = pytest.mark.vm
 

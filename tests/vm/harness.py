@@ -44,11 +44,10 @@ from pathlib import Path
 import paramiko
 import yaml
 
-from .errors import SparkguardError
-from .pyinfra_inventory import write_adapter
+from sparkguard.errors import SparkguardError
+from sparkguard.hosttools import MIRROR, RELEASES, run_tool
+from sparkguard.pyinfra_inventory import write_adapter
 
-RELEASES = ("bookworm", "trixie")
-MIRROR = "http://deb.debian.org/debian"
 IMAGE_FORMAT = 1  # bump when the image recipe changes: old caches are then ignored
 INCLUDE = ",".join([
     "systemd", "systemd-sysv", "dbus", "openssh-server", "iproute2", "python3", "procps", "sudo",
@@ -74,14 +73,8 @@ def cache_dir() -> Path:
 
 
 def _run(cmd: list[str], timeout: float | None = None, **kwargs) -> subprocess.CompletedProcess:
-    try:
-        return subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=timeout, **kwargs)
-    except FileNotFoundError as exc:
-        raise VMError(f"vm: '{cmd[0]}' is not installed; install debootstrap, qemu-system-x86, e2fsprogs and "
-                      f"openssh-client (./dev.sh install does)") from exc
-    except subprocess.CalledProcessError as exc:
-        raise VMError(f"vm: `{' '.join(cmd[:5])}...` failed (exit {exc.returncode}): "
-                      f"{(exc.stderr or exc.stdout or '').strip()[-1500:]}") from exc
+    return run_tool(cmd, VMError, "vm", "debootstrap, qemu-system-x86, e2fsprogs and openssh-client "
+                    "(./dev.sh install does)", tail=1500, timeout=timeout, **kwargs)
 
 
 def missing_tools() -> list[str]:
@@ -264,7 +257,7 @@ def ensure_image(release: str = "bookworm", kernel: str = "cloud", cache: Path |
 
 # --------------------------------------------------------------------------- VMs
 
-_LIVE: set["VM"] = set()
+_LIVE: set[VM] = set()
 
 
 def _kill_all() -> None:
@@ -343,7 +336,7 @@ class VM:
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
-    def __enter__(self) -> "VM":
+    def __enter__(self) -> VM:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -385,7 +378,7 @@ class VM:
                           "i6300esb driver (use softdog there)")
         self._prepare_disks()
         self.known_hosts.unlink(missing_ok=True)
-        for attempt in range(5):
+        for _attempt in range(5):
             self.port = free_port()
             self.console_log.write_bytes(b"")
             log = open(self.run_dir / "qemu.log", "wb")
@@ -655,7 +648,7 @@ class VM:
                 "children": {"vm": {"hosts": {self.name: {"ssh_host": "127.0.0.1", "ssh_port": self.port}}}},
             }
         }
-        header = f"# Written by sparkguard.vm for {self.name} (qemu, 127.0.0.1:{self.port}); rewritten on each boot.\n"
+        header = f"# Written by tests/vm/harness.py for {self.name} (qemu, 127.0.0.1:{self.port}); rewritten on each boot.\n"
         (directory / "hosts.yml").write_text(header + yaml.safe_dump(document, sort_keys=False))
         write_adapter(directory, str(directory))
         return directory
