@@ -83,13 +83,22 @@ TXT
 run_tests() {
   install
   export PATH="$VENV/bin:$PATH"
-  log "running the full test suite"
+  log "lint (ruff) and types (mypy)"
   set +e
+  "$VENV/bin/ruff" check .
+  local lint=$?
+  "$VENV/bin/mypy"
+  local types=$?
+  log "running the full test suite"
   "$VENV/bin/python" -m pytest -q "$@"
   local rc=$?
   set -e
   if [ "$rc" = 5 ]; then
     echo "dev.sh: pytest collected no tests; that is a failure, not a pass" >&2
+    exit 1
+  fi
+  if [ "$rc" = 0 ] && { [ "$lint" != 0 ] || [ "$types" != 0 ]; }; then
+    echo "dev.sh: the tests passed, but ruff (exit $lint) or mypy (exit $types) did not" >&2
     exit 1
   fi
   exit "$rc"

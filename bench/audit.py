@@ -15,15 +15,16 @@ import statistics
 import time
 from pathlib import Path
 
-
 from nodes import booted_nodes
 from roundtrips import ROUND_TRIPS
 
+import roles
 from sparkguard.audit import run_audit
 from sparkguard.converge import site_deploy
 from sparkguard.inventory import load_inventory
 from sparkguard.runner import run_deploy
 
+roles.register()
 
 
 def timed_audit(inventory_dir: Path) -> tuple[float, int, int, bool]:

@@ -37,12 +37,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from nodes import booted_nodes  # noqa: E402
+
+import roles  # noqa: E402
 from sparkguard import sandbox  # noqa: E402
 from sparkguard.converge import site_deploy  # noqa: E402
 from sparkguard.inventory import load_inventory  # noqa: E402
 from sparkguard.runner import run_deploy  # noqa: E402
 from tests.replay import LAUNCHES, ReplayPlan, host_ballast, meminfo_kib, remove_tools, run_cell  # noqa: E402
 from tests.sandbox.conftest import SandboxHandle  # noqa: E402
+
+roles.register()
 
 STOCK = 'EARLYOOM_ARGS="-m {term} -r 1 -N /usr/local/lib/sparkguard/earlyoom-notify"\n'
 
@@ -134,7 +138,7 @@ class PsiSampler:
                 else:
                     self.full = max(self.full, avg10)
 
-    def __enter__(self) -> "PsiSampler":
+    def __enter__(self) -> PsiSampler:
         self.thread.start()
         return self
 

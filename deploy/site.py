@@ -4,6 +4,9 @@
     sparkguard apply inventory/example          # same, plus a report and clear errors
 """
 
+from roles import register
 from sparkguard.converge import site_deploy
+
+register()
 
 site_deploy()()

@@ -22,8 +22,15 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from sparkguard.alerts import AlertThresholds  # noqa: E402
-from tests.promtool.scenarios import (GB, INCIDENT_AVAILABLE, INCIDENT_LAST_SCRAPE, INCIDENT_MEMTOTAL,  # noqa: E402
-                                      INCIDENT_SWAP_USED, clock, interpolate)
+from tests.promtool.scenarios import (  # noqa: E402
+    GB,
+    INCIDENT_AVAILABLE,
+    INCIDENT_LAST_SCRAPE,
+    INCIDENT_MEMTOTAL,
+    INCIDENT_SWAP_USED,
+    clock,
+    interpolate,
+)
 
 t = AlertThresholds()
 end = INCIDENT_LAST_SCRAPE
@@ -41,7 +48,7 @@ def forecast(i: int) -> float:
     if len(xs) < 2:
         return ys[-1]
     mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
     return my + slope * (xs[-1] + horizon - mx)
 
 
@@ -51,7 +58,8 @@ ax.fill_between(minutes, 0, total, where=[forecast(i) < total * t.term_percent /
                                           for i in minutes], color="#1f77b4", alpha=0.08, step="mid",
                 label="forecast below the SIGTERM line within 30 min (predict_linear)")
 ax.plot(minutes[45:], swap[45:], color="#9467bd", lw=1.8, label="swap used")
-ax.plot(minutes, [7.7] * len(minutes), color="#2ca02c", lw=1.6, ls="--", label="container_memory_working_set_bytes (what the old dashboard showed)")
+ax.plot(minutes, [7.7] * len(minutes), color="#2ca02c", lw=1.6, ls="--",
+        label="container_memory_working_set_bytes (what the old dashboard showed)")
 for percent, name, color in ((t.warn_percent, "NodeMemoryAvailableLow", "#bcbd22"),
                              (t.critical_percent, "NodeMemoryAvailableCritical", "#ff7f0e"),
                              (t.term_percent, "earlyoom SIGTERM", "#d62728"),

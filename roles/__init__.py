@@ -9,3 +9,10 @@ from . import base, budget, earlyoom, monitoring, recovery, swap, vllm
 
 ROLES = (base.ROLE, earlyoom.ROLE, swap.ROLE, recovery.ROLE, monitoring.ROLE, budget.ROLE, vllm.ROLE)
 ROLES_BY_NAME = {role.name: role for role in ROLES}
+
+
+def register() -> None:
+    """Hand these roles to the core (sparkguard.registry): what every entry point does first."""
+    from sparkguard import registry
+
+    registry.use(ROLES)

@@ -6,11 +6,12 @@ them, a fleet should not, so validate and apply say it and go on.
 
 from __future__ import annotations
 
+from . import registry
 from .inventory import Inventory
 
 
 def fleet_advice(inventory: Inventory) -> list[str]:
-    from roles import ROLES
+    ROLES = registry.roles()
 
     advice: list[str] = []
     for role in ROLES:

@@ -186,7 +186,7 @@ class AlertThresholds:
             raise ValueError("invalid alert thresholds: " + "; ".join(problems))
 
     @classmethod
-    def from_earlyoom(cls, earlyoom: object, **overrides: object) -> "AlertThresholds":
+    def from_earlyoom(cls, earlyoom: object, **overrides: object) -> AlertThresholds:
         """Thresholds whose lines are earlyoom's: ``earlyoom`` is anything with ``term_percent`` and
         ``kill_percent`` (the earlyoom role's settings), so alerts and earlyoom cannot disagree."""
         return cls(term_percent=float(earlyoom.term_percent),  # type: ignore[attr-defined]
@@ -261,7 +261,8 @@ def _rules(t: AlertThresholds) -> list[dict]:
                        f"within {t.forecast_window}",
             "description": (
                 f"At the rate of the last {t.forecast_lookback}, MemAvailable on {{{{ $labels.instance }}}} "
-                f"reaches {term}% of MemTotal (earlyoom's SIGTERM line) within {t.forecast_window}. This is the early warning: in the incident memory fell "
+                f"reaches {term}% of MemTotal (earlyoom's SIGTERM line) within {t.forecast_window}. "
+                f"This is the early warning: in the incident memory fell "
                 f"from 54 GB to 3.5 GB in 20 minutes after the model loaded. Check the training job's "
                 f"sequence length / batch and gradient checkpointing, and whether vLLM shares the node; stop "
                 f"or shrink one of them before earlyoom does it for you."
@@ -296,7 +297,8 @@ def _rules(t: AlertThresholds) -> list[dict]:
             "summary": "{{ $labels.instance }}: tasks are stalled on memory (PSI full)",
             "description": (
                 f"All non-idle tasks on {{{{ $labels.instance }}}} were stalled waiting for memory more than "
-                f"{_pct(t.psi_full_threshold * 100)}% of the time over {t.psi_window} (PSI memory full). The kernel is reclaiming or swapping hard; the node may "
+                f"{_pct(t.psi_full_threshold * 100)}% of the time over {t.psi_window} (PSI memory full). "
+                f"The kernel is reclaiming or swapping hard; the node may "
                 f"stop responding (SSH included). Free memory or stop the largest job now."
             ),
         },

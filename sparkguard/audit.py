@@ -13,8 +13,6 @@ Everything is then compared here, offline. The probe writes nothing on the node.
 from __future__ import annotations
 
 import base64
-import hashlib
-import json
 import os
 import shlex
 import time
@@ -29,26 +27,20 @@ from pyinfra.api.state import StateStage
 from pyinfra.connectors.sshuserclient.client import get_host_keys
 from pyinfra.context import ctx_host, ctx_state
 
+from . import registry
+from .auditing import AuditView, Check, ProbeOutput, ensure_key, file_problem, short
 from .errors import ConfigError, Problem
-from .facts import _PROBE, NodeInfo, parse_probe
+from .facts import PROBE, NodeInfo, parse_probe
 from .inventory import Inventory, InventoryHost
-from .operations import PENDING_DIR, STAGE_DIR, UPLOAD_DIR, _normal_mode
+from .operations import PENDING_DIR, STAGE_DIR, UPLOAD_DIR
 from .render import host_states
-from .runner import _ConnectErrors, _quiet_pyinfra, connect_hosts, explain_connect_error
+from .runner import ConnectErrors, connect_hosts, explain_connect_error, quiet_pyinfra
 from .state import DesiredState
 
 # SSH round trips per host: the connection (key exchange + auth), then this many commands.
 COMMANDS_PER_HOST = 1
 ENABLED_STATES = {"enabled", "enabled-runtime", "static", "alias", "indirect", "generated", "linked"}
 MANAGER = "org.freedesktop.systemd1 /org/freedesktop/systemd1 org.freedesktop.systemd1.Manager"
-
-
-@dataclass
-class Check:
-    name: str
-    ok: bool
-    expected: str
-    actual: str
 
 
 @dataclass
@@ -109,15 +101,10 @@ def _q(value: str) -> str:
     return shlex.quote(value)
 
 
-def ensure_key(state: DesiredState, index: int) -> str:
-    """Unique across the variants of one role's state (two variants may differ in their i-th check)."""
-    return f"{state.role}.{index}.{hashlib.sha256(state.ensures[index].check.encode()).hexdigest()[:10]}"
-
-
 def probe_states(entry: InventoryHost) -> list[DesiredState]:
     """Every variant of the host's desired state the live node could select (Role.live_alternatives):
     the probe reads them all in one round trip; ``evaluate`` then judges the variant the node is."""
-    from roles import ROLES
+    ROLES = registry.roles()
 
     states = host_states(entry)
     for role in ROLES:
@@ -129,7 +116,7 @@ def probe_states(entry: InventoryHost) -> list[DesiredState]:
 
 def build_probe(entry: InventoryHost, states: list[DesiredState]) -> str:
     """The one script run on the node. Read-only: it only reads files, /proc, /sys and systemd."""
-    lines = [_PROBE.replace("\ntrue\n", "\n"), f"MANAGER={_q(MANAGER)}", _HELPERS]
+    lines = [PROBE.replace("\ntrue\n", "\n"), f"MANAGER={_q(MANAGER)}", _HELPERS]
     cfg = entry.config
     for state in states:
         for package in state.packages:
@@ -150,10 +137,6 @@ def build_probe(entry: InventoryHost, states: list[DesiredState]) -> str:
     lines.append(f"r leftovers \"$(ls -A {_q(PENDING_DIR)} 2>/dev/null | sed 's/^/pending:/'; "
                  f"for p in {stages} {UPLOAD_DIR}/*; do [ -e \"$p\" ] && echo \"$p\"; done)\"")
     lines.append(r"""
-pid=$(systemctl show -p MainPID --value earlyoom.service 2>/dev/null)
-r earlyoom_active "$(systemctl is-active earlyoom.service 2>/dev/null)"
-r nohang_active "$(systemctl is-active nohang.service 2>/dev/null)"
-if [ -n "$pid" ] && [ "$pid" != 0 ]; then r earlyoom_cmdline "$(base64 -w0 < /proc/$pid/cmdline 2>/dev/null)"; fi
 lpid=$(systemctl show -p MainPID --value ssh.service 2>/dev/null)
 if [ -z "$lpid" ] || [ "$lpid" = 0 ]; then lpid=$(pgrep -o -x sshd 2>/dev/null); fi
 r ssh_listener_pid "$lpid"
@@ -161,69 +144,12 @@ r ssh_listener_adj "$(cat /proc/$lpid/oom_score_adj 2>/dev/null)"
 r ssh_unit_adj "$(systemctl show -p OOMScoreAdjust --value ssh.service 2>/dev/null)"
 r session_adj "$(cat /proc/$$/oom_score_adj)"
 r can_lower "$(sh -c 'echo -1 > /proc/self/oom_score_adj' 2>/dev/null && echo 1 || echo 0)"
-r training_active "$(systemctl is-active sparkguard-training.target 2>/dev/null)"
-r wd_runtime "$(mp RuntimeWatchdogUSec)"
-r wd_reboot "$(mp RebootWatchdogUSec)"
-r wd_device "$(ls /dev/watchdog0 2>/dev/null)"
-r wd_identity "$(cat /sys/class/watchdog/watchdog0/identity 2>/dev/null)"
-r wd_state "$(cat /sys/class/watchdog/watchdog0/state 2>/dev/null)"
-r softdog "$([ -d /sys/module/softdog ] && echo loaded)"
-r journal_file "$(ls /var/log/journal/*/system.journal 2>/dev/null | head -n1)"
-r journal_runtime "$(ls /run/log/journal/*/system.journal 2>/dev/null | head -n1)"
-r ssh_memory "$(cat /sys/fs/cgroup/system.slice/ssh.service/memory.min /sys/fs/cgroup/system.slice/ssh.service/memory.low 2>/dev/null)"
-r journald_memory "$(cat /sys/fs/cgroup/system.slice/systemd-journald.service/memory.min /sys/fs/cgroup/system.slice/systemd-journald.service/memory.low 2>/dev/null)"
-r boot_verdict "$(cat /run/sparkguard/boot-verdict 2>/dev/null)"
 """)
-    if "earlyoom" in roles:
-        from roles.earlyoom.state import RANKING_STATUS
-
-        lines.append(f"r gpu_ranking \"$(cat {_q(RANKING_STATUS)} 2>/dev/null)\"")
-        lines.append("r clock \"$(date +%s)\"")
-    if "vllm" in roles:
-        lines.append("for y in /etc/sparkguard/vllm/*.yaml; do [ -e \"$y\" ] && f @@V \"$y\"; done")
-    if "monitoring" in roles:
-        from roles.monitoring import web
-        from roles.monitoring.resolve import resolve
-
-        where = resolve(cfg)
-        auth = web.web_auth(cfg.monitoring)
-        scheme = f"{auth.scheme}://"
-        if auth.enabled:
-            # Behind the web auth: root reads the password from its 0600 file on the node.
-            get = f"{web.WEB_GET} {web.web_get_args(auth, web.PASSWORD)} "
-        else:
-            get = ("python3 -c 'import sys,urllib.request as u; "
-                   "print(u.urlopen(sys.argv[1], timeout=3).read().decode())' ")
-        lines.append(f"r node_exporter_up \"$({get}{_q(scheme + where.node_exporter + '/metrics')} 2>/dev/null "
-                     f"| grep -c '^node_' )\"")
-        if cfg.monitoring.prometheus.enabled:
-            lines.append(f"r prometheus_rules \"$({get}{_q(scheme + where.prometheus + '/api/v1/rules')} "
-                         f"2>/dev/null | grep -o '\"type\":\"alerting\"' | wc -l)\"")
-        if where.cadvisor_enabled:
-            lines.append("r cadvisor_exec \"$(systemctl show -p ExecStart --value sparkguard-cadvisor.service)\"")
+    for role in registry.roles():
+        if role.audit_probe is not None and role.name in roles:
+            lines += role.audit_probe(cfg)
     lines.append("true")
     return "\n".join(lines) + "\n"
-
-
-def gpu_ranking_verdict(raw: str, clock: str) -> tuple[bool, str]:
-    """The GPU ranking agent's own status, judged: a missing, stale or failing agent is not ok.
-
-    No nvidia-smi on the node is ok (nothing to rank by), and said.
-    """
-    try:
-        status = json.loads(raw)
-        age = int(clock) - int(status["time"])
-        state, detail, interval = status["state"], status["detail"], float(status["interval_s"])
-    except (ValueError, KeyError, TypeError):
-        return False, "no status from sparkguard-gpu-ranking (not running?)"
-    if age > max(30, 5 * interval):
-        return False, f"status is {age} s old (agent stuck or stopped): {state}: {detail}"
-    if state == "ok":
-        holders = ", ".join(f"{h['comm']} {h['pid']} ({h['class']}, adj {h['adj']})" for h in status["holders"][:4])
-        return True, f"{detail}" + (f": {holders}" if holders else "")
-    if state == "no-nvidia-smi":
-        return True, detail
-    return False, f"{state}: {detail} (earlyoom's name rules only)"
 
 
 class AuditProbe(FactBase):
@@ -236,21 +162,8 @@ class AuditProbe(FactBase):
         return "\n".join(output)
 
 
-@dataclass
-class ProbeOutput:
-    info: NodeInfo
-    files: dict[str, tuple[str, str]] = field(default_factory=dict)        # path -> (mode:owner:group|absent, sha)
-    vllm_files: dict[str, tuple[str, str]] = field(default_factory=dict)
-    packages: dict[str, str] = field(default_factory=dict)
-    services: dict[str, tuple[str, str]] = field(default_factory=dict)     # unit -> (is-enabled, is-active)
-    sysctls: dict[str, str] = field(default_factory=dict)
-    ensures: dict[str, bool] = field(default_factory=dict)
-    edits: dict[str, str | None] = field(default_factory=dict)
-    runtime: dict[str, str] = field(default_factory=dict)
-
-
 def parse_output(text: str) -> ProbeOutput:
-    out = ProbeOutput(info=parse_probe("\n".join(l for l in text.splitlines() if not l.startswith("@@"))))
+    out = ProbeOutput(info=parse_probe("\n".join(line for line in text.splitlines() if not line.startswith("@@"))))
     for line in text.splitlines():
         if not line.startswith("@@"):
             continue
@@ -259,7 +172,7 @@ def parse_output(text: str) -> ProbeOutput:
         if tag == "@@F":
             out.files[rest[0]] = (rest[1], rest[2])
         elif tag == "@@V":
-            out.vllm_files[rest[0]] = (rest[1], rest[2])
+            out.found_files[rest[0]] = (rest[1], rest[2])
         elif tag == "@@P":
             out.packages[rest[0]] = rest[1].strip()
         elif tag == "@@S":
@@ -278,18 +191,6 @@ def parse_output(text: str) -> ProbeOutput:
 # ---------------------------------------------------------------- comparisons
 
 
-def _file_problem(managed, seen: tuple[str, str] | None) -> str | None:
-    if seen is None or seen[0] == "absent":
-        return f"{managed.path} missing"
-    want = hashlib.sha256(managed.content.encode()).hexdigest()
-    if seen[1] != want:
-        return f"{managed.path} differs (sha256 {seen[1][:12]}, want {want[:12]})"
-    mode, owner, group = (seen[0].split(":") + ["", ""])[:3]
-    if mode != _normal_mode(managed.mode) or (owner, group) != (managed.owner, managed.group):
-        return f"{managed.path} is {mode} {owner}:{group}, want {_normal_mode(managed.mode)} {managed.owner}:{managed.group}"
-    return None
-
-
 def _service_problem(service, seen: tuple[str, str] | None) -> str | None:
     enabled, active = seen or ("", "")
     if service.masked is True and enabled != "masked":
@@ -305,15 +206,6 @@ def _service_problem(service, seen: tuple[str, str] | None) -> str | None:
     return None
 
 
-def _short(items: list[str], limit: int = 4) -> str:
-    return "; ".join(items[:limit]) + (f"; +{len(items) - limit} more" if len(items) > limit else "")
-
-
-def _usec(value: str) -> int:
-    parts = value.split()
-    return int(parts[1]) if len(parts) == 2 and parts[1].isdigit() else 0
-
-
 def evaluate(entry: InventoryHost, states: list[DesiredState], probe: ProbeOutput) -> list[Check]:
     """Every check of one host, from its desired states and what the probe saw."""
     audit = HostAudit(entry.name)
@@ -325,7 +217,7 @@ def evaluate(entry: InventoryHost, states: list[DesiredState], probe: ProbeOutpu
     # Generic: an apply that died half-way (pending restarts, staged or uploaded files) says so.
     leftovers = rt.get("leftovers", "").split()
     add("apply: nothing left half-done", not leftovers, "no pending restart, no staged or uploaded file",
-        _short(leftovers) if leftovers else "none")
+        short(leftovers) if leftovers else "none")
 
     # Generic: the node against each role's desired state.
     for state in states:
@@ -334,14 +226,14 @@ def evaluate(entry: InventoryHost, states: list[DesiredState], probe: ProbeOutpu
             add(f"{state.role}: packages", not missing, "installed: " + ", ".join(state.packages),
                 "missing: " + ", ".join(missing) if missing else "all installed")
         if state.files:
-            problems = [p for m in state.files if (p := _file_problem(m, probe.files.get(m.path)))]
+            problems = [p for m in state.files if (p := file_problem(m, probe.files.get(m.path)))]
             add(f"{state.role}: files", not problems, f"{len(state.files)} files as rendered",
-                _short(problems) if problems else f"{len(state.files)} files match")
+                short(problems) if problems else f"{len(state.files)} files match")
         if state.services:
             problems = [p for s in state.services if (p := _service_problem(s, probe.services.get(s.name)))]
             add(f"{state.role}: services", not problems,
                 ", ".join(s.name for s in state.services if s.running or s.masked is not None or s.enabled),
-                _short(problems) if problems else "as desired")
+                short(problems) if problems else "as desired")
         if state.sysctls:
             wrong = [f"{k} = {probe.sysctls.get(k, '?')}" for k, v in sorted(state.sysctls.items())
                      if probe.sysctls.get(k) != " ".join(v.split())]
@@ -360,57 +252,6 @@ def evaluate(entry: InventoryHost, states: list[DesiredState], probe: ProbeOutpu
             ok = probe.ensures.get(ensure_key(state, index), False)
             add(f"{state.role}: {item.description}", ok, "holds", "holds" if ok else "does not hold")
 
-    # earlyoom: which guard, running, its command line, and whether its lines mean anything here.
-    if "earlyoom" in roles:
-        from roles.earlyoom.guard import FIRST_ANON_RELATIVE, choose_guard
-        from roles.earlyoom.state import earlyoom_args
-
-        choice = choose_guard(cfg.earlyoom, info)
-        running = [g for g in ("earlyoom", "nohang") if rt.get(f"{g}_active") == "active"]
-        add("earlyoom: one low-memory guard", running == [choice.guard], f"{choice.guard} only ({choice.reason})",
-            ", ".join(running) + " running" if running else "no guard running")
-        if choice.guard == "nohang":
-            version = ".".join(map(str, info.nohang_version or ())) or "not installed"
-            add("earlyoom: thresholds hold on unified memory", info.nohang_version is not None,
-                "nohang (MemAvailable against a line of MemTotal)", f"nohang {version}")
-        else:
-            version = ".".join(map(str, info.earlyoom_version or ())) or "not installed"
-            active = rt.get("earlyoom_active", "")
-            add("earlyoom: running", active == "active", "active", f"{active or 'unknown'} (version {version})")
-            want = earlyoom_args(cfg.earlyoom, None)
-            raw = rt.get("earlyoom_cmdline", "")
-            running_args = base64.b64decode(raw).decode(errors="replace").split("\0")[1:] if raw else []
-            running_args = [a for a in running_args if a]
-            add("earlyoom: args of the running process", running_args == want, " ".join(want)[:120],
-                (" ".join(running_args) or "no earlyoom process")[:120] if running_args != want else "match")
-            newer = info.earlyoom_version is not None and info.earlyoom_version >= FIRST_ANON_RELATIVE
-            if not info.unified_memory:
-                add("earlyoom: thresholds hold on unified memory", True, "1.7 (MemAvailable/MemTotal)",
-                    f"{version}; not a unified-memory node ({info.device_class})")
-            elif newer:
-                accepted = cfg.earlyoom.newer_version == "accept-anon-relative"
-                add("earlyoom: thresholds hold on unified memory", accepted, "1.7 (MemAvailable/MemTotal)",
-                    f"{version}: percent of MemAvailable+AnonPages, blind to driver memory"
-                    + (" (accepted by earlyoom.newer_version)" if accepted else ""))
-            else:
-                add("earlyoom: thresholds hold on unified memory", info.earlyoom_version is not None,
-                    "1.7 (MemAvailable/MemTotal)", version)
-
-        if cfg.earlyoom.gpu_ranking:
-            ok, actual = gpu_ranking_verdict(rt.get("gpu_ranking", ""), rt.get("clock", ""))
-            add("earlyoom: GPU memory in the victim ranking", ok, "agent fresh (or no nvidia-smi)", actual)
-
-    # swap: the policy against what is active now.
-    if "swap" in roles:
-        active = ", ".join(f"{s.path} ({s.size_kib // 1024} MiB)" for s in info.swaps) or "none"
-        mode = cfg.swap.mode
-        training = rt.get("training_active") == "active"
-        holds = all(probe.ensures.get(ensure_key(roles["swap"], i), False) for i in range(len(roles["swap"].ensures)))
-        expected = {"off": "no swap, none at boot", "on": "fstab swap active",
-                    "training-off": "distro swap; none while training"}[mode]
-        add("swap: policy vs actual", holds, f"{mode}: {expected}",
-            f"active: {active}" + (" (training mode)" if training else ""))
-
     # sshd: the listener is spared, sessions (and the jobs started in them) are not.
     listener = rt.get("ssh_listener_adj", "")
     can_lower = rt.get("can_lower") == "1"
@@ -428,65 +269,10 @@ def evaluate(entry: InventoryHost, states: list[DesiredState], probe: ProbeOutpu
     add("sshd: ssh.service OOMScoreAdjust", unit_adj != "-1000", "not -1000 (every session would inherit it)",
         unit_adj or "unset")
 
-    # vLLM: the node's configs against the budgeted ones.
-    if "vllm" in roles:
-        from roles.vllm.state import VLLM_CONFIG_DIR
-
-        desired = {m.path: m for m in roles["vllm"].files
-                   if m.path.startswith(VLLM_CONFIG_DIR + "/") and m.path.endswith(".yaml")}
-        problems = [p for m in desired.values() if (p := _file_problem(m, probe.vllm_files.get(m.path)))]
-        extra = sorted(set(probe.vllm_files) - set(desired))
-        problems += [f"{p} not from the budget" for p in extra]
-        add("vllm: configs vs budget", not problems, f"{len(desired)} budgeted configs",
-            _short(problems) if problems else "match the budget")
-
-    if "monitoring" in roles:
-        up = rt.get("node_exporter_up", "0")
-        add("monitoring: node_exporter up", up.isdigit() and int(up) > 0, "serving node_* metrics",
-            f"{up} node_* samples" if up.isdigit() and int(up) else "not answering")
-        if "prometheus_rules" in rt:
-            rules = rt.get("prometheus_rules", "0")
-            add("monitoring: Prometheus rules loaded", rules.isdigit() and int(rules) > 0, "alert rules loaded",
-                f"{rules} alerting rules" if rules.isdigit() and int(rules) else "Prometheus not answering or no rules")
-        if "cadvisor_exec" in rt:
-            cmd = rt["cadvisor_exec"]
-            ok = "disable_metrics" in cmd and "network" in cmd.split("disable_metrics", 1)[1].split()[0]
-            add("monitoring: cAdvisor network metrics off", ok, "--disable_metrics includes network",
-                "network disabled" if ok else (cmd[:100] or "unit not found"))
-
-    if "recovery" in roles:
-        rec = cfg.recovery
-        if rec.watchdog.enabled:
-            runtime = _usec(rt.get("wd_runtime", ""))
-            want = rec.watchdog.runtime_s * 1_000_000
-            device = rt.get("wd_device", "")
-            detail = f"RuntimeWatchdogSec={runtime // 1_000_000}s"
-            if info.container:
-                add("recovery: watchdog armed", runtime == want, f"RuntimeWatchdogSec={rec.watchdog.runtime_s}s",
-                    f"{detail}; container: no watchdog device, the host's kernel owns it (softdog not loaded)")
-            else:
-                name = rt.get("wd_identity") or ("softdog" if rt.get("softdog") else "")
-                add("recovery: watchdog armed", runtime == want and bool(device),
-                    f"RuntimeWatchdogSec={rec.watchdog.runtime_s}s on a watchdog device",
-                    f"{detail}, device {device or 'none'} {name} {rt.get('wd_state', '')}".strip())
-        if rec.journal.enabled:
-            path = rt.get("journal_file", "")
-            add("recovery: journal persistent", bool(path), "system.journal under /var/log/journal",
-                path or f"volatile only ({rt.get('journal_runtime') or 'no journal file found'})")
-        if rec.memory_protection.enabled:
-            seen = rt.get("ssh_memory", "")
-            if info.cgroup2:
-                want = str(rec.memory_protection.ssh_min_mib * 2**20)
-                add("recovery: sshd memory protection", seen.split()[:1] == [want],
-                    f"memory.min {want}", f"memory.min/low {seen or 'unreadable'}")
-            else:
-                add("recovery: sshd memory protection", True, "cgroup v2 memory.min/low",
-                    "cgroup v1: MemoryMin/MemoryLow are inert here (drop-ins installed for a v2 boot)")
-        if rec.boot_report.enabled:
-            verdict = rt.get("boot_verdict", "")
-            add("recovery: boot report", verdict in ("0", "1"), "verdict for this boot",
-                {"0": "previous boot ended cleanly", "1": "previous boot ended UNCLEANLY "
-                 "(journalctl -t sparkguard-boot-report -b)"}.get(verdict, "no verdict (unit never ran this boot)"))
+    # What each role knows about itself (Role.audit_checks), judged against the variant the node is.
+    for role in registry.roles():
+        if role.audit_checks is not None and role.name in roles:
+            audit.checks += role.audit_checks(AuditView(cfg, probe, roles[role.name]))
     return audit.checks
 
 
@@ -499,7 +285,7 @@ def run_audit(inventory: Inventory, limit: list[str] | None = None, verbose: boo
 
     started = time.monotonic()
     pyinfra.is_cli = False
-    _quiet_pyinfra(verbose)
+    quiet_pyinfra(verbose)
     get_host_keys.cache.clear()  # type: ignore[attr-defined]
     entries = [h for h in inventory.hosts if not limit or h.name in limit or set(h.groups) & set(limit)]
     if not entries:
@@ -508,7 +294,7 @@ def run_audit(inventory: Inventory, limit: list[str] | None = None, verbose: boo
     py_inventory = PyinfraInventory(([(h.name, h.pyinfra_data()) for h in entries], {}))
     state = State()
     state.init(py_inventory, Config(CONNECT_TIMEOUT=int(os.environ.get("SPARKGUARD_CONNECT_TIMEOUT", "10"))))
-    errors = _ConnectErrors()
+    errors = ConnectErrors()
     state.add_callback_handler(errors)
     state.set_stage(StateStage.Connect)
     results = {e.name: HostAudit(e.name) for e in entries}

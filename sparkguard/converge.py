@@ -19,13 +19,24 @@ from pyinfra.facts.deb import DebPackages
 from pyinfra.operations import apt, files, server, systemd
 from pyinfra.operations.util import any_changed
 
+from . import registry
 from .errors import Problem
 from .facts import NodeFacts, NodeInfo
 from .hostconfig import host_config_model
+from .operations import (
+    FileText,
+    Leftovers,
+    ManagedFilesState,
+    ManagedFileState,
+    ensure,
+    leftovers_removed,
+    managed_file,
+    pending_marker,
+    service_action,
+    unit_masked,
+)
 from .role import NodeProfile, Role, RoleContext
 from .state import DesiredState
-from .operations import (FileText, Leftovers, ManagedFilesState, ManagedFileState, ensure, leftovers_removed,
-                         managed_file, pending_marker, service_action, unit_masked)
 
 MEMORY_TOLERANCE = 0.02
 
@@ -61,7 +72,7 @@ def check_node(host_name: str, config, info: NodeInfo) -> list[Problem]:
 
 def role_preflight(host_name: str, config, info: NodeInfo) -> list[Problem]:
     """Each enabled role's checks against the live node (e.g. earlyoom's version)."""
-    from roles import ROLES
+    ROLES = registry.roles()
 
     problems = []
     for role in ROLES:
@@ -81,14 +92,14 @@ def node_profile(config, live: NodeInfo | None = None) -> NodeProfile:
     )
 
 
-_node_info_cache: dict[str, NodeInfo] = {}
+node_info_cache: dict[str, NodeInfo] = {}
 
 
 def current_node_info() -> NodeInfo:
     """NodeFacts once per host per run: pyinfra 3 does not cache facts."""
-    if host.name not in _node_info_cache:
-        _node_info_cache[host.name] = host.get_fact(NodeFacts)
-    return _node_info_cache[host.name]
+    if host.name not in node_info_cache:
+        node_info_cache[host.name] = host.get_fact(NodeFacts)
+    return node_info_cache[host.name]
 
 
 def current_context() -> RoleContext:
@@ -199,7 +210,7 @@ def converge(state: DesiredState) -> None:
             ))
 
     reload_triggers = [op for path, op in file_ops.items() if state.file(path).is_systemd_unit]
-    reload_triggers += [op for edit, op in zip(state.edits, edit_ops) if edit.path == "/etc/fstab"]
+    reload_triggers += [op for edit, op in zip(state.edits, edit_ops, strict=True) if edit.path == "/etc/fstab"]
     if reload_triggers or was_pending(DAEMON_RELOAD):
         service_action(name=f"{state.role}: systemd daemon-reload", service="", action="daemon-reload",
                        marker=DAEMON_RELOAD, _if=_changed_or_pending(reload_triggers, was_pending(DAEMON_RELOAD)))
@@ -260,7 +271,7 @@ def role_deploy(role: Role):
 
 def site_deploy():
     """Every enabled role, in registry order."""
-    from roles import ROLES
+    ROLES = registry.roles()
 
     @deploy("sparkguard site")
     def apply_site() -> None:

@@ -9,8 +9,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from . import registry
 from .hostconfig import ConnectionSettings, NodeSettings
-
 
 _LIMIT_WORDS = {"gt": ">", "ge": ">=", "lt": "<", "le": "<=", "min_length": "min length", "max_length": "max length"}
 
@@ -44,7 +44,9 @@ def _rows(model: type[BaseModel], prefix: str) -> list[str]:
             continue
         extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
         default = "(required)" if info.is_required() else repr(info.get_default(call_default_factory=True))
-        limits = ", ".join(_limit(k, v) for m in info.metadata if dataclasses.is_dataclass(m)
+        # Constraints (annotated_types.Gt, ...) are dataclass instances; a class in the metadata has no values.
+        limits = ", ".join(_limit(k, v) for m in info.metadata
+                           if dataclasses.is_dataclass(m) and not isinstance(m, type)
                            for k, v in dataclasses.asdict(m).items() if v is not None)
         rows.append(
             f"| `{prefix}{name}` | {_type_name(annotation)} | `{default}` | {extra.get('unit', '')} | "
@@ -63,7 +65,7 @@ def _limit(key: str, value: Any) -> str:
 
 def settings_reference() -> str:
     """Markdown: one table per block (connection, node, each role)."""
-    from roles import ROLES
+    ROLES = registry.roles()
 
     header = "| setting | type | default | unit | meaning |\n|---|---|---|---|---|"
     parts = [

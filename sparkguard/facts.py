@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pyinfra.api import FactBase
 
 # One round trip: every probe degrades to an empty value, never a failed host.
-_PROBE = r"""
+PROBE = r"""
 LC_ALL=C
 echo "memtotal_kb=$(awk '/^MemTotal:/{print $2}' /proc/meminfo)"
 echo "arch=$(uname -m)"
@@ -170,7 +170,7 @@ class NodeFacts(FactBase):
     """
 
     def command(self) -> str:
-        return _PROBE
+        return PROBE
 
     def process(self, output) -> NodeInfo:
         return parse_probe("\n".join(output))

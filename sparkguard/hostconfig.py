@@ -11,6 +11,7 @@ from typing import Literal
 
 from pydantic import create_model
 
+from . import registry
 from .settings import HostName, Settings, Word, required, setting
 
 DeviceProfile = Literal["auto", "dgx-spark", "gh200", "jetson", "amd-apu", "discrete", "cpu-only"]
@@ -55,12 +56,14 @@ class ConnectionSettings(Settings):
         return tuple(ConnectionSettings.model_fields)
 
 
-@lru_cache(maxsize=1)
 def host_config_model() -> type[ConnectionSettings]:
     """HostConfig = connection settings + ``node`` + one block per registered role."""
-    from roles import ROLES
+    return _model_for(registry.roles())
 
-    role_fields = {role.name: (role.settings, role.settings()) for role in ROLES}
+
+@lru_cache(maxsize=4)
+def _model_for(roles: tuple) -> type[ConnectionSettings]:
+    role_fields = {role.name: (role.settings, role.settings()) for role in roles}
     return create_model(  # type: ignore[call-overload]
         "HostConfig",
         __base__=ConnectionSettings,

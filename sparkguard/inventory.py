@@ -24,6 +24,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from . import registry
 from .errors import MISSING, ConfigError, Problem
 from .hostconfig import ConnectionSettings, host_config_model
 
@@ -122,7 +123,7 @@ def _read_text(path: Path, display: str) -> str:
         with path.open("rb") as handle:
             data = handle.read(MAX_FILE_BYTES + 1)
     except OSError as error:
-        raise _refuse(display, f"cannot be read: {error.strerror or error}")
+        raise _refuse(display, f"cannot be read: {error.strerror or error}") from None
     if len(data) > MAX_FILE_BYTES:
         raise _refuse(display, f"is larger than {MAX_FILE_BYTES // 1024} KiB: not an inventory file")
     if data.startswith((b"\xff\xfe", b"\xfe\xff")) or b"\x00" in data:
@@ -130,7 +131,7 @@ def _read_text(path: Path, display: str) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as error:
-        raise _refuse(display, f"is not UTF-8 text (byte {error.start}): save it as UTF-8")
+        raise _refuse(display, f"is not UTF-8 text (byte {error.start}): save it as UTF-8") from None
 
 
 def _check_events(text: str, display: str) -> None:
@@ -160,9 +161,9 @@ def _read_yaml(path: Path, display: str) -> Any:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc)
-        raise _refuse(display, f"is not valid YAML{where}: {problem}")
+        raise _refuse(display, f"is not valid YAML{where}: {problem}") from None
     except (ValueError, RecursionError, TypeError) as exc:  # e.g. an integer of 5000 digits
-        raise _refuse(display, f"cannot be read as an inventory: {str(exc)[:200]}")
+        raise _refuse(display, f"cannot be read as an inventory: {str(exc)[:200]}") from None
 
 
 def _deep_merge(target: dict, layer: dict, label: str, sources: dict[str, str], prefix: str = "") -> None:
@@ -354,7 +355,7 @@ def _display(path: Path) -> str:
         return str(path)
 
 
-def _did_you_mean(key: str, allowed: Any) -> str:
+def _did_you_mean(key: str | int, allowed: Any) -> str:
     close = difflib.get_close_matches(str(key), [str(a) for a in allowed], n=1, cutoff=0.6)
     return f" (did you mean '{close[0]}'?)" if close else ""
 
@@ -468,7 +469,7 @@ def load_inventory(path: str | Path, *, check_roles: bool = True) -> Inventory:
 
 def role_problems(host: str, config: Any, sources: dict[str, str], default_source: str) -> list[Problem]:
     """Cross-field checks each role declares (thresholds in order, budgets that fit)."""
-    from roles import ROLES
+    ROLES = registry.roles()
 
     problems = []
     for role in ROLES:

@@ -35,7 +35,7 @@ def holder_description() -> str:
         user = getpass.getuser()
     except Exception:  # noqa: BLE001 - no user name is no reason not to apply
         user = f"uid {os.getuid()}"
-    when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     text = f"sparkguard apply by {user}@{socket.gethostname()} (pid {os.getpid()}) since {when}"
     return "".join(c if c in _PRINTABLE else "?" for c in text)[:200]
 
@@ -47,7 +47,8 @@ def lock_command(holder: str, sudo: bool, wait_s: int | None = None) -> str:
             "SPARKGUARD_LOCK_WAIT_S", "").isdigit() else WAIT_S
     script = (
         f"umask 077; exec 9<>{LOCK_FILE} || exit 70; "
-        f"if flock -w {int(wait_s)} 9; then printf '%s\\n' {shlex.quote(holder)} >{LOCK_FILE}; echo {LOCKED}; exec cat >/dev/null; "
+        f"if flock -w {int(wait_s)} 9; then printf '%s\\n' {shlex.quote(holder)} >{LOCK_FILE}; "
+        f"echo {LOCKED}; exec cat >/dev/null; "
         f"else cat {LOCK_FILE}; exit {BUSY_EXIT}; fi"
     )
     command = f"sh -c {shlex.quote(script)}"
@@ -83,7 +84,7 @@ def take(client, sudo: bool, holder: str | None = None, timeout: float = 30.0 + 
             if not chunk:
                 break
             received += chunk
-    except socket.timeout:
+    except TimeoutError:
         channel.close()
         raise NodeBusy(f"the node did not answer the lock request within {timeout:.0f} s") from None
     first_line = received.split(b"\n", 1)[0].decode(errors="replace").strip()

@@ -72,7 +72,7 @@ class ManagedFilesState(FactBase):
 _FETCH = object()
 
 
-def _normal_mode(mode: str) -> str:
+def normal_mode(mode: str) -> str:
     return str(int(str(mode), 8) and oct(int(str(mode), 8))[2:])
 
 
@@ -113,7 +113,7 @@ def managed_file(path: str, content: str, mode: str = "0644", owner: str = "root
     """
     data = content.encode()
     want_sha = hashlib.sha256(data).hexdigest()
-    want_mode = _normal_mode(mode)
+    want_mode = normal_mode(mode)
     if current is _FETCH:
         current = host.get_fact(ManagedFileState, path=path)
 
@@ -175,10 +175,10 @@ class Leftovers(FactBase):
         )
 
     @staticmethod
-    def default():
+    def default() -> dict[str, list[str]]:
         return {"staging": [], "uploads": [], "pending": []}  # a clean node prints nothing
 
-    def process(self, output):
+    def process(self, output) -> dict[str, list[str]]:
         found: dict[str, list[str]] = self.default()
         for line in output:
             kind, _, path = line.partition("\t")

@@ -492,7 +492,7 @@ def _training_fit(training: TrainingPlan, room: int, label: str, deficit: int | 
 
 
 def _serving_cuts(plan: HostPlan, deficit: int, during_training: bool) -> list[str]:
-    out = []
+    out: list[str] = []
     policy = plan.during_training if during_training else "keep"
     if during_training and plan.during_training == "stop":
         return out

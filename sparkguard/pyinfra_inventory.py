@@ -27,13 +27,16 @@ globals().update(_groups_for(__file__))
 
 def groups_for(adapter_file: str) -> dict:
     """Return pyinfra groups: ``all`` carries every host with its validated data."""
+    import roles  # plain pyinfra's entry point into sparkguard: it chooses the roles
+
+    roles.register()
     try:
         inventory = load_inventory(Path(adapter_file).parent)
     except ConfigError as error:
         for paragraph in error.paragraphs():
             print(f"sparkguard: {paragraph}\n", file=sys.stderr)
         print("sparkguard: inventory invalid; nothing was applied to any node.", file=sys.stderr)
-        raise SystemExit(error.exit_code)
+        raise SystemExit(error.exit_code) from None
     groups: dict = {"all": ([(h.name, h.pyinfra_data()) for h in inventory.hosts], {})}
     for group, members in inventory.groups.items():
         if group != "all":

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import yaml
 
+from . import registry
 from .converge import node_profile
 from .errors import ConfigError, Problem
 from .inventory import Inventory, InventoryHost
@@ -23,7 +24,7 @@ SECRET_PLACEHOLDER = "# secret: rendered on apply only; the value never leaves t
 
 def host_states(entry: InventoryHost, live=None) -> list[DesiredState]:
     """Desired state of every enabled role for one host (pure: no SSH; ``live`` resolves 'auto' settings)."""
-    from roles import ROLES
+    ROLES = registry.roles()
 
     ctx = RoleContext(host=entry.name, config=entry.config, node=node_profile(entry.config, live))
     return [role.desired_state(ctx) for role in ROLES if role.enabled(entry.config)]

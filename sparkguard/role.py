@@ -16,6 +16,7 @@ from .settings import Settings
 from .state import DesiredState
 
 if TYPE_CHECKING:
+    from .auditing import AuditView, Check
     from .facts import NodeInfo
     from .hostconfig import HostConfig
 
@@ -32,7 +33,7 @@ class NodeProfile:
     device_class: str
     # The live node's facts on apply and audit; None on render (offline). Only for resolving a
     # setting the operator left at 'auto' (earlyoom.guard): render then says what it assumed.
-    live: "NodeInfo | None" = None
+    live: NodeInfo | None = None
 
     @property
     def unified_memory(self) -> bool | None:
@@ -47,7 +48,7 @@ class NodeProfile:
 @dataclass(frozen=True)
 class RoleContext:
     host: str
-    config: "HostConfig"
+    config: HostConfig
     node: NodeProfile
 
     def settings(self, role: str) -> Any:
@@ -66,18 +67,22 @@ class Role:
     settings: type[Settings]
     desired_state: Callable[[RoleContext], DesiredState]
     summary: str
-    checks: Callable[["HostConfig"], Iterable[Problem]] | None = None
+    checks: Callable[[HostConfig], Iterable[Problem]] | None = None
     # Checks that need the live node (versions, devices); run on apply before any operation.
-    preflight: Callable[["HostConfig", "NodeInfo"], Iterable[Problem]] | None = None
+    preflight: Callable[[HostConfig, NodeInfo], Iterable[Problem]] | None = None
     # What an operator should see per host in apply's table and JSON ({column: value}), from the
     # settings and the live node: e.g. which low-memory guard this node got.
-    describe: Callable[["HostConfig", "NodeInfo | None"], dict[str, str]] | None = None
+    describe: Callable[[HostConfig, NodeInfo | None], dict[str, str]] | None = None
     # Node facts that would change this role's output where a setting is 'auto': the audit reads the
     # files of every variant in its one round trip, then judges the node by the variant it really is.
-    live_alternatives: Callable[["HostConfig"], tuple["NodeInfo", ...]] | None = None
+    live_alternatives: Callable[[HostConfig], tuple[NodeInfo, ...]] | None = None
     # Advice across the whole inventory (not an error: a lab node may rightly stand alone), printed by
     # validate and apply: {host name: config} in, one paragraph per piece of advice out.
-    fleet_advice: Callable[[dict[str, "HostConfig"]], Iterable[str]] | None = None
+    fleet_advice: Callable[[dict[str, HostConfig]], Iterable[str]] | None = None
+    # What `sparkguard audit` reads and judges beyond the desired state's files, packages, services,
+    # sysctls and checks (sparkguard.auditing): shell lines added to the one probe, and their verdicts.
+    audit_probe: Callable[[HostConfig], list[str]] | None = None
+    audit_checks: Callable[[AuditView], list[Check]] | None = None
 
-    def enabled(self, config: "HostConfig") -> bool:
+    def enabled(self, config: HostConfig) -> bool:
         return bool(getattr(getattr(config, self.name), "enabled", True))

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import logging
 import os
-from pathlib import Path
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from pathlib import Path
+from typing import Any
 
 from pyinfra.api import Config, State
 from pyinfra.api import Inventory as PyinfraInventory
@@ -23,8 +24,8 @@ from pyinfra.api.operations import run_ops
 from pyinfra.api.state import BaseStateCallback, StateStage
 from pyinfra.connectors.sshuserclient.client import get_host_keys
 
-from .converge import PreflightError, _node_info_cache
-from . import node_lock
+from . import node_lock, registry
+from .converge import PreflightError, node_info_cache
 from .errors import ConfigError, ConnectError, NodeBusyError, Problem
 from .facts import NodeInfo
 from .inventory import Inventory, InventoryHost
@@ -86,7 +87,7 @@ class ApplyResult:
         }
 
 
-class _ConnectErrors(BaseStateCallback):
+class ConnectErrors(BaseStateCallback):
     def __init__(self) -> None:
         self.errors: dict[str, str] = {}
 
@@ -133,7 +134,7 @@ def explain_connect_error(entry: InventoryHost, message: str) -> str:
     return f"{advice}. Nothing was applied to any node."
 
 
-def _quiet_pyinfra(verbose: bool) -> None:
+def quiet_pyinfra(verbose: bool) -> None:
     logging.getLogger("pyinfra").setLevel(logging.INFO if verbose else logging.CRITICAL)
 
 
@@ -143,20 +144,21 @@ def run_deploy(inventory: Inventory, deploy_factory: Callable[[], Callable[[], N
     import pyinfra
 
     pyinfra.is_cli = False
-    _quiet_pyinfra(verbose)
-    _node_info_cache.clear()
+    quiet_pyinfra(verbose)
+    node_info_cache.clear()
     # pyinfra memoizes known_hosts per process; a long-lived caller (tests, a
     # fixed known_hosts after a reimage) must see the file as it is now.
     get_host_keys.cache.clear()  # type: ignore[attr-defined]
     entries = [h for h in inventory.hosts if not limit or h.name in limit or set(h.groups) & set(limit)]
     if not entries:
         raise ConfigError([Problem("", "--limit", limit, "matches no host or group in the inventory")])
-    groups = {g: ([m for m in members if any(e.name == m for e in entries)], {})
-              for g, members in inventory.groups.items() if g != "all"}
+    groups: dict[str, tuple[list[str], dict[str, Any]]] = {
+        g: ([m for m in members if any(e.name == m for e in entries)], {})
+        for g, members in inventory.groups.items() if g != "all"}
     py_inventory = PyinfraInventory(([(h.name, h.pyinfra_data()) for h in entries], {}), **groups)
     config = Config(CONNECT_TIMEOUT=int(os.environ.get("SPARKGUARD_CONNECT_TIMEOUT", "10")))
     state = State(check_for_changes=dry)
-    errors = _ConnectErrors()
+    errors = ConnectErrors()
     state.init(py_inventory, config)
     state.add_callback_handler(errors)
 
@@ -176,7 +178,7 @@ def run_deploy(inventory: Inventory, deploy_factory: Callable[[], Callable[[], N
         try:
             add_deploy(state, deploy_factory())
         except PreflightError as error:
-            raise ConfigError(error.problems)
+            raise ConfigError(error.problems) from None
 
         if not dry:
             state.set_stage(StateStage.Execute)
@@ -213,7 +215,7 @@ def connection_problems(entries: list[InventoryHost]) -> list[Problem]:
     return problems
 
 
-def connect_hosts(state: State, entries: list[InventoryHost], errors: "_ConnectErrors") -> None:
+def connect_hosts(state: State, entries: list[InventoryHost], errors: ConnectErrors) -> None:
     """Connect every host; a host that did not connect, for whatever reason, is in ``errors`` (fail closed).
 
     pyinfra re-raises some connect failures (a key it cannot load) out of ``connect_all`` instead of
@@ -262,7 +264,7 @@ def lock_hosts(state: State, entries: list[InventoryHost]) -> list[node_lock.Nod
 
 def describe_host(entry: InventoryHost, node: NodeInfo) -> dict[str, str]:
     """What each enabled role says about this host (Role.describe), for the report."""
-    from roles import ROLES
+    ROLES = registry.roles()
 
     described: dict[str, str] = {}
     for role in ROLES:
@@ -275,7 +277,7 @@ def _collect(state: State, entries: list[InventoryHost], dry: bool) -> ApplyResu
     results = []
     for entry in entries:
         host = state.inventory.get_host(entry.name)
-        result = HostResult(entry.name, node=_node_info_cache.get(entry.name))
+        result = HostResult(entry.name, node=node_info_cache.get(entry.name))
         if result.node is not None:
             result.described = describe_host(entry, result.node)
         failed_before = host in state.failed_hosts

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
-
+from pydantic.config import JsonDict
 
 SECRET_PLACEHOLDER = "<secret>"
 
@@ -24,7 +24,7 @@ def setting(default: Any, doc: str, unit: str | None = None, secret: bool = Fals
         term_percent: float = setting(8.0, "SIGTERM below this much available memory.",
                                       unit="% of MemTotal", gt=0, le=50)
     """
-    extra = {**({"unit": unit} if unit else {}), **({"secret": True} if secret else {})} or None
+    extra: JsonDict | None = {**({"unit": unit} if unit else {}), **({"secret": True} if secret else {})} or None
     if callable(default) and not isinstance(default, type):
         return Field(default_factory=default, description=doc, json_schema_extra=extra, **constraints)
     return Field(default, description=doc, json_schema_extra=extra, **constraints)
@@ -63,7 +63,7 @@ def _mask(model: BaseModel, data: dict) -> None:
 
 def required(doc: str, unit: str | None = None, **constraints: Any) -> Any:
     """Declare a setting that has no sensible default (an address, say)."""
-    extra = {"unit": unit} if unit else None
+    extra: JsonDict | None = {"unit": unit} if unit else None
     return Field(..., description=doc, json_schema_extra=extra, **constraints)
 
 
@@ -91,7 +91,8 @@ def _kind(pattern: str, max_length: int = 255, label: str = "") -> Any:
     return Annotated[str, StringConstraints(pattern=pattern, max_length=max_length)]
 
 
-NodePath = _kind(r"^(/[A-Za-z0-9_+@-][A-Za-z0-9._+@-]*)+$", 4096, "an absolute path on the node (letters, digits, _ + @ - . ; no . or .. or hidden parts)")
+NodePath = _kind(r"^(/[A-Za-z0-9_+@-][A-Za-z0-9._+@-]*)+$", 4096,
+                 "an absolute path on the node (letters, digits, _ + @ - . ; no . or .. or hidden parts)")
 """An absolute path on the node: no '.' or '..' component, no hidden component, no '/' alone."""
 ImageRef = _kind(r"^[a-z0-9][a-z0-9.-]*(:[0-9]{1,5})?(/[a-z0-9][a-z0-9._-]*)*"
                  r"(:[A-Za-z0-9_][A-Za-z0-9._-]{0,127})?(@sha256:[0-9a-f]{64})?$",
@@ -105,7 +106,8 @@ ByteSize = _kind(r"^[0-9]+(B|KB|MB|GB|TB|PB|EB)$", 32, "a size such as 10GB")
 """A Prometheus byte size such as 10GB."""
 Word = _kind(r"^[A-Za-z0-9_][A-Za-z0-9_.@+-]*$", 64, "a name (letters, digits, _ . @ + -)")
 """A name: a user, a metric set, an option."""
-UnitPattern = _kind(r"^[A-Za-z0-9_.*+?@:|()\[\]^-]+$", 128, "a unit-name regex (letters, digits, _ . * + ? @ : ( ) [ ] ^ - and alternation)")
+UnitPattern = _kind(r"^[A-Za-z0-9_.*+?@:|()\[\]^-]+$", 128,
+                    "a unit-name regex (letters, digits, _ . * + ? @ : ( ) [ ] ^ - and alternation)")
 """An RE2 fragment matching systemd unit names."""
 ModelRef = _kind(r"^(([A-Za-z0-9][A-Za-z0-9._-]*/)?[A-Za-z0-9][A-Za-z0-9._-]*|(/[A-Za-z0-9_+@-][A-Za-z0-9._+@-]*)+)$",
                     label="a Hugging Face repo id (org/name) or an absolute path on the node")

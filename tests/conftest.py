@@ -10,6 +10,10 @@ from pathlib import Path
 
 import pytest
 
+import roles
+
+roles.register()  # the tests call the core directly, as an entry point would
+
 REPO = Path(__file__).resolve().parent.parent
 SPARKGUARD = [sys.executable, "-m", "sparkguard.cli"]
 

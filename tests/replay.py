@@ -93,7 +93,7 @@ class ReplayPlan:
         return int(self.term_percent * self.mem_total_kib / 100)
 
     @classmethod
-    def from_host(cls) -> "ReplayPlan":
+    def from_host(cls) -> ReplayPlan:
         return cls(meminfo_kib("MemTotal"), meminfo_kib("MemAvailable"))
 
 

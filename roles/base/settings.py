@@ -1,6 +1,6 @@
 """Defaults of role ``base``: every variable, in one place."""
 
-from sparkguard.settings import Text, Settings, setting
+from sparkguard.settings import Settings, Text, setting
 
 
 class BaseSettings(Settings):

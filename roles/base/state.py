@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 from sparkguard import __version__
-from sparkguard.role import RoleContext
 from sparkguard.layout import CONFIG_DIR, LIB_DIR, NODE_JSON, STATE_DIR, SYSCTL_CHECK, TEXTFILE_DIR
-from sparkguard.state import DesiredState, Directory, ManagedFile
+from sparkguard.role import RoleContext
 from sparkguard.settings import masked_dump
+from sparkguard.state import DesiredState, Directory, ManagedFile
 from sparkguard.templating import render_template
 
 
@@ -45,6 +45,7 @@ def desired_state(ctx: RoleContext) -> DesiredState:
         ),
         files=(
             ManagedFile(SYSCTL_CHECK, render_template("base/sysctl-check.sh"), mode="0755", validate="sh -n {path}"),
-            ManagedFile(NODE_JSON, document, mode="0644", validate="! command -v python3 >/dev/null || python3 -m json.tool {path} >/dev/null"),
+            ManagedFile(NODE_JSON, document, mode="0644",
+                        validate="! command -v python3 >/dev/null || python3 -m json.tool {path} >/dev/null"),
         ),
     )

@@ -14,7 +14,6 @@ from sparkguard.role import RoleContext
 from sparkguard.state import DesiredState, ManagedFile
 
 
-
 def desired_state(ctx: RoleContext) -> DesiredState:
     document = plan_host(ctx.host, ctx.config).to_dict()
     document = {"schema": 1, **document}

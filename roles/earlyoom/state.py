@@ -7,8 +7,17 @@ import shlex
 from pathlib import Path
 
 from sparkguard import victim_order
-from sparkguard.layout import (BIN_DIR, CONFIG_DIR, LIB_DIR, SERVING_UNIT_PREFIX, STATE_DIR, TEXTFILE_DIR,
-                               TRAINING_JOB_PREFIX, dropin_path, unit_path)
+from sparkguard.layout import (
+    BIN_DIR,
+    CONFIG_DIR,
+    LIB_DIR,
+    SERVING_UNIT_PREFIX,
+    STATE_DIR,
+    TEXTFILE_DIR,
+    TRAINING_JOB_PREFIX,
+    dropin_path,
+    unit_path,
+)
 from sparkguard.role import RoleContext
 from sparkguard.state import DesiredState, Directory, Ensure, ManagedFile, Service
 from sparkguard.templating import render_template, sandbox

@@ -2,6 +2,7 @@
 
 from sparkguard.role import Role
 
+from . import audit
 from .checks import preflight, problems
 from .settings import MonitoringSettings
 from .state import desired_state
@@ -16,4 +17,6 @@ ROLE = Role(
     checks=problems,
     preflight=preflight,
     fleet_advice=unwatched,
+    audit_probe=audit.probe,
+    audit_checks=audit.checks,
 )

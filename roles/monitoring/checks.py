@@ -113,7 +113,8 @@ def _alerting(settings) -> Iterator[Problem]:
         try:
             check_url(am.webhook_url)
         except ValueError as error:
-            yield Problem("", "monitoring.alertmanager.webhook_url", "<secret>", f"{error} (the URL is a credential: not repeated here)")
+            yield Problem("", "monitoring.alertmanager.webhook_url", "<secret>",
+                          f"{error} (the URL is a credential: not repeated here)")
     if am.heartbeat_url:
         try:
             check_url(am.heartbeat_url)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from sparkguard.settings import ByteSize, Duration, ImageRef, UnitPattern, Word, Settings, setting
+from sparkguard.settings import ByteSize, Duration, ImageRef, Settings, UnitPattern, Word, setting
 
 
 class NodeExporterSettings(Settings):
@@ -23,7 +23,8 @@ class NodeExporterSettings(Settings):
     systemd_units: tuple[UnitPattern, ...] = setting(
         ("earlyoom", "nohang", "ssh", "prometheus.*", "sparkguard-.*"),
         "Unit name patterns (RE2, without the .service/.timer/... suffix) the systemd collector reports."
-        " EarlyoomDown reads the guard's unit (earlyoom.service or nohang.service) from it; everything else would be thousands of useless series.")
+        " EarlyoomDown reads the guard's unit (earlyoom.service or nohang.service) from it; everything else would be"
+        " thousands of useless series.")
     metrics_interval_s: int = setting(
         15, "How often sparkguard-node-metrics.timer rewrites sparkguard_node.prom (training mode, memory"
         " outside cgroups, per-process GPU memory).", unit="s", ge=5, le=3600)

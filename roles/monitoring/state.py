@@ -4,19 +4,19 @@ from __future__ import annotations
 
 import yaml
 
-from sparkguard.alerts import render_alert_rules
 from sparkguard import layout
+from sparkguard.alerts import render_alert_rules
 from sparkguard.layout import CONFIG_DIR, LIB_DIR, TEXTFILE_DIR, dropin_path, unit_path
 from sparkguard.role import RoleContext
 from sparkguard.state import DesiredState, ManagedFile, Service
 from sparkguard.templating import render_template, sandbox
 
+from . import web
 from .addresses import alertmanager_target, split_host_port
 from .cadvisor import disabled_metrics
 from .grafana import DATASOURCE_UID, dashboard_json
 from .resolve import resolve, thresholds
 from .settings import MonitoringSettings
-from . import web
 
 NODE_EXPORTER_DEFAULTS = "/etc/default/prometheus-node-exporter"
 PROMETHEUS_DEFAULTS = "/etc/default/prometheus"
@@ -62,11 +62,11 @@ PROMETHEUS_UNIT = "prometheus.service"
 ALERTMANAGER_UNIT = "prometheus-alertmanager.service"
 
 
-def web_args(unit: str, auth: "web.WebAuth") -> list[str]:
+def web_args(unit: str, auth: web.WebAuth) -> list[str]:
     return [f"--web.config.file={web.credential(unit, 'web.yml')}"] if auth.enabled else []
 
 
-def node_exporter_args(listen: str, settings: MonitoringSettings, auth: "web.WebAuth | None" = None) -> list[str]:
+def node_exporter_args(listen: str, settings: MonitoringSettings, auth: web.WebAuth | None = None) -> list[str]:
     return [
         f"--web.listen-address={listen}",
         *web_args(NODE_EXPORTER_UNIT, auth or web.web_auth(settings)),
@@ -78,7 +78,7 @@ def node_exporter_args(listen: str, settings: MonitoringSettings, auth: "web.Web
     ]
 
 
-def prometheus_args(listen: str, settings: MonitoringSettings, auth: "web.WebAuth | None" = None) -> list[str]:
+def prometheus_args(listen: str, settings: MonitoringSettings, auth: web.WebAuth | None = None) -> list[str]:
     return [
         f"--web.listen-address={listen}",
         *web_args(PROMETHEUS_UNIT, auth or web.web_auth(settings)),
@@ -164,22 +164,25 @@ def alertmanager_config(settings: MonitoringSettings) -> dict:
     }
 
 
-def web_state(auth: "web.WebAuth", host: str, settings: MonitoringSettings) -> list[ManagedFile]:
+def web_state(auth: web.WebAuth, host: str, settings: MonitoringSettings) -> list[ManagedFile]:
     """The web config, its secrets and each unit's credential drop-in; written before the packages, so the
     first start of every daemon is already behind the auth (root-only files: LoadCredential hands them over)."""
     if not auth.enabled:
         return []
-    secret = dict(mode="0600", secret=True, before_packages=True)
+
+    def secret(path: str, content: str) -> ManagedFile:
+        return ManagedFile(path, content, mode="0600", secret=True, before_packages=True)
+
     files = [ManagedFile(web.WEB_GET, render_template("monitoring/web-get.py"), mode="0755",
                          validate=PYTHON_CHECK, before_packages=True),
-             ManagedFile(web.WEB_CONFIG, web.web_config(auth, host), **secret)]
+             secret(web.WEB_CONFIG, web.web_config(auth, host))]
     # The file set follows the settings, not whether the secrets could be read here: a render without
     # them (CI) shows the same files as placeholders, and apply's preflight refuses a missing secret.
     if auth.user:
-        files.append(ManagedFile(web.PASSWORD, f"{auth.password or ''}\n", **secret))
+        files.append(secret(web.PASSWORD, f"{auth.password or ''}\n"))
     if auth.tls:
         files += [ManagedFile(web.CERT, f"{auth.cert or ''}\n", mode="0644", before_packages=True),
-                  ManagedFile(web.KEY, f"{auth.key or ''}\n", **secret),
+                  secret(web.KEY, f"{auth.key or ''}\n"),
                   ManagedFile(web.CA, f"{auth.ca or auth.cert or ''}\n", mode="0644", before_packages=True)]
     units = [NODE_EXPORTER_UNIT]
     if settings.prometheus.enabled:

@@ -2,6 +2,7 @@
 
 from sparkguard.role import Role
 
+from . import audit
 from .checks import problems
 from .settings import RecoverySettings
 from .state import desired_state
@@ -12,4 +13,6 @@ ROLE = Role(
     desired_state=desired_state,
     summary="watchdog, persistent journal, memory protection for sshd/journald, sysrq/panic sysctls, unclean-boot report",
     checks=problems,
+    audit_probe=audit.probe,
+    audit_checks=audit.checks,
 )

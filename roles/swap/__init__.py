@@ -2,6 +2,7 @@
 
 from sparkguard.role import Role
 
+from . import audit
 from .settings import SwapSettings
 from .state import desired_state
 
@@ -10,4 +11,6 @@ ROLE = Role(
     settings=SwapSettings,
     desired_state=desired_state,
     summary="swap policy (off / on / training-off) and sparkguard-train, which turns swap off for a job",
+    audit_probe=audit.probe,
+    audit_checks=audit.checks,
 )

@@ -2,8 +2,19 @@
 
 from __future__ import annotations
 
-from sparkguard.layout import (BIN_DIR, BUDGET_JSON, LIB_DIR, NODE_JSON, STATE_DIR, SWAPOFF_SERVICE, SYSCTL_CHECK,
-                               TRAINING_JOB_PREFIX, TRAINING_TARGET, VLLM_MODE_DIR, unit_path)
+from sparkguard.layout import (
+    BIN_DIR,
+    BUDGET_JSON,
+    LIB_DIR,
+    NODE_JSON,
+    STATE_DIR,
+    SWAPOFF_SERVICE,
+    SYSCTL_CHECK,
+    TRAINING_JOB_PREFIX,
+    TRAINING_TARGET,
+    VLLM_MODE_DIR,
+    unit_path,
+)
 from sparkguard.role import RoleContext
 from sparkguard.state import DesiredState, Directory, Ensure, FileEdit, ManagedFile, Service
 from sparkguard.templating import render_template

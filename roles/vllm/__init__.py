@@ -2,10 +2,10 @@
 
 from sparkguard.role import Role
 
+from . import audit
 from .checks import preflight, problems
 from .settings import VllmSettings
 from .state import desired_state
-
 
 ROLE = Role(
     name="vllm",
@@ -14,4 +14,6 @@ ROLE = Role(
     summary="vLLM servers with explicit KV sizes from the node budget; shrink or stop while training",
     checks=problems,
     preflight=preflight,
+    audit_probe=audit.probe,
+    audit_checks=audit.checks,
 )

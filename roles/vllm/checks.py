@@ -7,10 +7,10 @@ from collections.abc import Iterator
 
 from sparkguard.errors import Problem
 from sparkguard.planner import plan_host
+from sparkguard.secrets import read_secret, source_words
 
 from .images import ARM64_MACHINES, default_image, missing_image_reason
 from .options import SECRET_OPTIONS, option_problem
-from sparkguard.secrets import read_secret, source_words
 
 # Secret settings: (what, the env-variable field, the file field); both read on the operator's machine.
 SECRETS = (("Hugging Face token", "hf_token_env", "hf_token_file"), ("vLLM API key", "api_key_env", "api_key_file"))
@@ -68,7 +68,7 @@ def problems(config) -> Iterator[Problem]:
         yield Problem("", "vllm.hf_cache_dir", settings.hf_cache_dir,
                       "is a system directory: sparkguard makes the cache directory root-only (0700) and mounts it"
                       " into the container; use a directory of its own, e.g. /var/lib/sparkguard/hf-cache or /srv/hf")
-    for what, env_field, file_field in SECRETS:
+    for _what, env_field, file_field in SECRETS:
         env_value, file_value = getattr(settings, env_field), getattr(settings, file_field)
         if env_value and file_value:
             yield Problem("", f"vllm.{file_field}", file_value, f"set either {env_field} or {file_field}, not both")

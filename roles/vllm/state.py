@@ -2,20 +2,26 @@
 
 from __future__ import annotations
 
-
 import yaml
 
-from sparkguard.layout import (CONFIG_DIR, LIB_DIR, SERVING_UNIT_PREFIX, TRAINING_TARGET, UNIT_DIR, VLLM_MODE_DIR,
-                               dropin_path, unit_path)
+from sparkguard.layout import (
+    CONFIG_DIR,
+    LIB_DIR,
+    SERVING_UNIT_PREFIX,
+    TRAINING_TARGET,
+    UNIT_DIR,
+    VLLM_MODE_DIR,
+    dropin_path,
+    unit_path,
+)
 from sparkguard.planner import ServingPlan, fmt_gib, plan_host
 from sparkguard.role import RoleContext
+from sparkguard.secrets import read_secret
 from sparkguard.state import DesiredState, Directory, Ensure, ManagedFile, Service
 from sparkguard.templating import render_template, sandbox
 
-from sparkguard.secrets import read_secret
-
-from .options import VLLM_VERSION
 from .images import DOCKER_HUB_IMAGE, default_image
+from .options import VLLM_VERSION
 from .settings import ServedModel, VllmSettings
 
 VLLM_CONFIG_DIR = f"{CONFIG_DIR}/vllm"

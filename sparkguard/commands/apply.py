@@ -29,13 +29,13 @@ def register(sub) -> None:
 def _deploy_factory(role_name: str | None):
     if role_name is None:
         return site_deploy
-    from roles import ROLES_BY_NAME
-
+    from .. import registry
     from ..errors import ConfigError, Problem
 
-    if role_name not in ROLES_BY_NAME:
-        raise ConfigError([Problem("", "--role", role_name, f"unknown role; choose one of {', '.join(ROLES_BY_NAME)}")])
-    return lambda: role_deploy(ROLES_BY_NAME[role_name])
+    by_name = registry.by_name()
+    if role_name not in by_name:
+        raise ConfigError([Problem("", "--role", role_name, f"unknown role; choose one of {', '.join(by_name)}")])
+    return lambda: role_deploy(by_name[role_name])
 
 
 def print_report(result: ApplyResult, console: Console | None = None) -> None:

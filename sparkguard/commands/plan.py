@@ -81,8 +81,14 @@ def render_text(plan: HostPlan) -> str:
     for phase in plan.phases:
         lines.append(_row(f"used, phase {phase.name}", phase.used_bytes,
                           f"headroom {phase.headroom_bytes / GIB:.2f} GiB"))
+    headroom = plan.headroom_bytes
+    if headroom is None:
+        # No phase: an input problem stopped plan_host before the budget. run() refuses such a plan
+        # first, but the table must not crash (nor say DOES NOT FIT) for it.
+        lines.append("  verdict: not budgeted (an input problem stopped the plan)")
+        return "\n".join(lines) + "\n"
     verdict = "FITS" if plan.fits else "DOES NOT FIT"
-    lines.append(f"  verdict: {verdict} (headroom {plan.headroom_bytes / GIB:.2f} GiB)")
+    lines.append(f"  verdict: {verdict} (headroom {headroom / GIB:.2f} GiB)")
     if budget_problems(plan):
         for i, way in enumerate(plan.ways_out, 1):
             lines.append(f"    way out {i}: {way}")

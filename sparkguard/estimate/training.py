@@ -136,8 +136,8 @@ def validate(spec: TrainingSpec) -> None:
         ("--loss", spec.loss, LOSSES),
     ):
         check(value in choices, flag, value, f"one of {', '.join(choices)}")
-    for flag, value in (("--rank", spec.rank), ("--seq-len", spec.seq_len), ("--micro-batch", spec.micro_batch)):
-        check(isinstance(value, int) and value > 0, flag, value, "a whole number > 0")
+    for flag, number in (("--rank", spec.rank), ("--seq-len", spec.seq_len), ("--micro-batch", spec.micro_batch)):
+        check(isinstance(number, int) and number > 0, flag, number, "a whole number > 0")
     if problems:
         raise ConfigError(problems)
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import paramiko
-import yaml
 import pytest
+import yaml
 
 from sparkguard import sandbox
 from tests.conftest import require_root_and_tools

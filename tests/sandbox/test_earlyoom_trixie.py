@@ -7,7 +7,6 @@ used, and the incident replay under nohang.
 
 from __future__ import annotations
 
-
 import pytest
 
 from sparkguard.audit import run_audit
@@ -15,8 +14,18 @@ from sparkguard.converge import site_deploy
 from sparkguard.errors import ConfigError
 from sparkguard.inventory import load_inventory
 from sparkguard.runner import run_deploy
-from tests.replay import (GIB, LAUNCHES, NOHANG_MAX_LINE_PERCENT, ReplayPlan, assert_incident_outcome, host_ballast,
-                          meminfo_kib, remove_tools, run_cell, run_replay)
+from tests.replay import (
+    GIB,
+    LAUNCHES,
+    NOHANG_MAX_LINE_PERCENT,
+    ReplayPlan,
+    assert_incident_outcome,
+    host_ballast,
+    meminfo_kib,
+    remove_tools,
+    run_cell,
+    run_replay,
+)
 from tests.reporting import report
 
 NODE = "node-1"

@@ -8,7 +8,6 @@ order must come from the marks and the GPU ranking agent, not from RSS.
 
 from __future__ import annotations
 
-
 import pytest
 
 from sparkguard.converge import site_deploy

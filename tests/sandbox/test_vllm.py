@@ -51,7 +51,7 @@ class H(http.server.BaseHTTPRequestHandler):
         pass
 print("stand-in vllm serving", path, flush=True)
 http.server.HTTPServer((conf["host"], int(conf["port"])), H).serve_forever()
-''' % TOKEN
+''' % TOKEN  # noqa: UP031 - the stand-in is Python full of braces
 
 
 ALPHA = ("alpha: {model: standin/alpha, weights_gib: 1, kv_cache_gib: 2, shared_kv_cache_gib: 0.5,"

@@ -20,8 +20,23 @@ import yaml
 from sparkguard.alerts import AlertThresholds, duration_seconds, render_alert_rules
 from tests.conftest import in_ci
 from tests.promtool.scenarios import (
-    ALERTS, INSTANCE, NODE, Scenario, Series, build_test_file, clock, healthy_series,
-    incident, measure, plateau, promtool_binary, run_promtool, sawtooth, spike, stop_after, GB,
+    ALERTS,
+    GB,
+    INSTANCE,
+    NODE,
+    Scenario,
+    Series,
+    build_test_file,
+    clock,
+    healthy_series,
+    incident,
+    measure,
+    plateau,
+    promtool_binary,
+    run_promtool,
+    sawtooth,
+    spike,
+    stop_after,
 )
 
 DEFAULT = AlertThresholds()

@@ -44,8 +44,8 @@ def test_drifted_file_and_missing_service_are_named():
     entry, states = example()
     text = green_output(entry, states).replace("@@S\tearlyoom.service\tenabled\tactive",
                                                "@@S\tearlyoom.service\tenabled\tfailed")
-    text = "\n".join(l if not l.startswith("@@F\t/etc/default/earlyoom") else
-                     "@@F\t/etc/default/earlyoom\t644:root:root\t" + "0" * 64 for l in text.splitlines())
+    text = "\n".join(line if not line.startswith("@@F\t/etc/default/earlyoom") else
+                     "@@F\t/etc/default/earlyoom\t644:root:root\t" + "0" * 64 for line in text.splitlines())
     checks = {c.name: c for c in evaluate(entry, states, parse_output(text))}
     assert not checks["earlyoom: files"].ok and "/etc/default/earlyoom differs" in checks["earlyoom: files"].actual
     assert not checks["earlyoom: services"].ok and "earlyoom.service failed" in checks["earlyoom: services"].actual
@@ -80,7 +80,7 @@ def _ranking_status(state: str, time_s: int, detail: str = "d", holders=()) -> s
 
 
 def test_gpu_ranking_verdict_table():
-    from sparkguard.audit import gpu_ranking_verdict
+    from roles.earlyoom.audit import gpu_ranking_verdict
 
     holder = {"pid": 4242, "comm": "python3", "class": "gpu-holder", "adj": 732}
     rows = [

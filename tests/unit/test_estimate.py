@@ -16,7 +16,12 @@ import pytest
 from sparkguard import cli
 from sparkguard.errors import ConfigError
 from sparkguard.estimate import (
-    TrainingSpec, estimate_training, kv_bytes_per_token, kv_cache_bytes, largest_seq_len, load_model,
+    TrainingSpec,
+    estimate_training,
+    kv_bytes_per_token,
+    kv_cache_bytes,
+    largest_seq_len,
+    load_model,
 )
 from sparkguard.estimate.training import GIB
 from tests.conftest import REPO
@@ -90,7 +95,7 @@ def test_nested_text_config_parses_like_the_preset(tmp_path):
     assert parsed.params == GEMMA4.params
     assert parsed.layers == GEMMA4.layers
     assert parsed.final_logit_softcap == 30.0
-    assert [l.attention.head_dim for l in parsed.layers[:6]] == [256] * 5 + [512]
+    assert [layer.attention.head_dim for layer in parsed.layers[:6]] == [256] * 5 + [512]
     assert peak(INCIDENT.with_(model=parsed)) == peak(INCIDENT)
 
 

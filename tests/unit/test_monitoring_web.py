@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import shutil
 import socket
+import ssl
 import subprocess
 import sys
 import urllib.error
 import urllib.request
-import ssl
 from pathlib import Path
 
 import pytest

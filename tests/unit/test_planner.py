@@ -6,9 +6,8 @@ Regenerate tests/golden/plan-example.json after an intended change with
 
 from __future__ import annotations
 
-import math
-
 import json
+import math
 import os
 
 import pytest

@@ -1,0 +1,34 @@
+"""The roles a run uses, handed in by its entry point; the core iterates over them and imports none.
+
+Entry points are the `sparkguard` CLI, the files in deploy/ and the pyinfra inventory adapter
+(sparkguard/pyinfra_inventory.py): each calls ``use(roles.ROLES)`` before anything else. The core
+(schema, inventory, render, converge, audit, docs) only ever asks ``roles()``, so a role is the one
+place that knows itself, and another set of roles (a team's own) needs no change to the core.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .role import Role
+
+_roles: tuple[Role, ...] = ()
+
+
+def use(roles: Sequence[Role]) -> None:
+    """Make ``roles`` (in apply order) the ones every core function sees."""
+    global _roles
+    _roles = tuple(roles)
+
+
+def roles() -> tuple[Role, ...]:
+    if not _roles:
+        raise RuntimeError("sparkguard: no roles registered; an entry point must call "
+                           "sparkguard.registry.use(roles.ROLES) first")
+    return _roles
+
+
+def by_name() -> dict[str, Role]:
+    return {role.name: role for role in roles()}

@@ -1,0 +1,58 @@
+"""The layers, read from the import statements themselves (module level and inside functions).
+
+- The core (sparkguard/) imports no role: only its entry points do, to hand the roles to
+  sparkguard.registry (the CLI, and the adapter plain pyinfra loads as an inventory).
+- A role knows only itself: nothing under roles/<name>/ imports another role.
+- The product imports nothing from tests/ (the test harness is not shipped).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+ENTRY_POINTS = {"sparkguard/cli.py", "sparkguard/pyinfra_inventory.py"}
+
+
+def imports(path: Path) -> set[str]:
+    """Every absolute module name ``path`` imports, anywhere in the file."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module)
+    return found
+
+
+def modules(folder: str) -> list[Path]:
+    return sorted((REPO / folder).rglob("*.py"))
+
+
+def test_the_core_imports_no_role_except_its_entry_points():
+    offenders = {str(p.relative_to(REPO)): sorted(m for m in imports(p) if m == "roles" or m.startswith("roles."))
+                 for p in modules("sparkguard") if str(p.relative_to(REPO)) not in ENTRY_POINTS}
+    assert {p: m for p, m in offenders.items() if m} == {}
+
+
+def test_entry_points_do_hand_the_roles_over():
+    for entry in ENTRY_POINTS:
+        text = (REPO / entry).read_text()
+        assert "roles.register()" in text, entry
+
+
+def test_a_role_imports_no_other_role():
+    offenders = {}
+    for package in sorted(p for p in (REPO / "roles").iterdir() if (p / "__init__.py").exists()):
+        for path in package.rglob("*.py"):
+            others = sorted(m for m in imports(path) if m.startswith("roles.") and m.split(".")[1] != package.name)
+            if others:
+                offenders[str(path.relative_to(REPO))] = others
+    assert offenders == {}
+
+
+def test_the_product_imports_nothing_from_tests():
+    offenders = {str(p.relative_to(REPO)): sorted(m for m in imports(p) if m == "tests" or m.startswith("tests."))
+                 for folder in ("sparkguard", "roles", "deploy") for p in modules(folder)}
+    assert {p: m for p, m in offenders.items() if m} == {}
