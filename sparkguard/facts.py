@@ -21,7 +21,6 @@ echo "arch=$(uname -m)"
 if [ -r /etc/os-release ]; then . /etc/os-release; fi
 echo "distro_id=${ID:-}"
 echo "distro_version=${VERSION_ID:-}"
-echo "distro_codename=${VERSION_CODENAME:-}"
 echo "init=$(cat /proc/1/comm 2>/dev/null)"
 echo "earlyoom_version=$(earlyoom -v 2>&1 | head -n1)"
 echo "earlyoom_candidate=$(apt-cache policy earlyoom 2>/dev/null | awk '/Candidate:/{print $2}')"
@@ -33,7 +32,6 @@ echo "dt_model=$(tr -d '\000' < /proc/device-tree/model 2>/dev/null)"
 echo "cpu_model=$(grep -m1 -E '^(model name|Model)[[:space:]]*:' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | sed 's/^ *//')"
 echo "rocm_gfx=$(rocminfo 2>/dev/null | grep -m1 -o 'gfx[0-9a-f]*')"
 echo "cgroup2=$(test -e /sys/fs/cgroup/cgroup.controllers && echo 1 || echo 0)"
-echo "watchdog_dev=$(test -e /dev/watchdog && echo 1 || echo 0)"
 echo "container=$(systemd-detect-virt --container 2>/dev/null || echo none)"
 true
 """
@@ -56,7 +54,6 @@ class NodeInfo:
     arch: str = ""
     distro_id: str = ""
     distro_version: str = ""
-    distro_codename: str = ""
     init: str = ""
     earlyoom_version: tuple[int, ...] | None = None
     earlyoom_candidate: tuple[int, ...] | None = None
@@ -66,7 +63,6 @@ class NodeInfo:
     device_class: str = "cpu-only"
     device_evidence: str = ""
     cgroup2: bool = False
-    watchdog_device: bool = False
     container: bool = False
     raw: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
@@ -144,7 +140,6 @@ def parse_probe(output: str) -> NodeInfo:
         arch=raw.get("arch", ""),
         distro_id=raw.get("distro_id", ""),
         distro_version=raw.get("distro_version", ""),
-        distro_codename=raw.get("distro_codename", ""),
         init=raw.get("init", ""),
         earlyoom_version=parse_earlyoom_version(raw.get("earlyoom_version", "")),
         earlyoom_candidate=parse_earlyoom_version(raw.get("earlyoom_candidate", "")),
@@ -154,7 +149,6 @@ def parse_probe(output: str) -> NodeInfo:
         device_class=device_class,
         device_evidence=evidence,
         cgroup2=raw.get("cgroup2") == "1",
-        watchdog_device=raw.get("watchdog_dev") == "1",
         container=raw.get("container", "none") not in ("", "none"),
         raw=raw,
     )

@@ -9,5 +9,3 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TEMPLATES_DIR = REPO_ROOT / "templates"
-DEPLOY_DIR = REPO_ROOT / "deploy"
-SITE_DEPLOY = DEPLOY_DIR / "site.py"

@@ -51,7 +51,7 @@ def parse_compute_apps(text: str) -> tuple[list[tuple[int, int | None]], list[st
     """(pid, used bytes or None when the driver will not say) per line, and the lines it could not read.
 
     >>> parse_compute_apps("4242, 81234\\n17, [N/A]\\nbogus\\n")
-    ([(4242, 85179531264), (17, None)], ["unreadable line 'bogus'"])
+    ([(4242, 85180022784), (17, None)], ["unreadable line 'bogus'"])
     """
     holders: list[tuple[int, int | None]] = []
     problems: list[str] = []

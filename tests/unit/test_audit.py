@@ -26,7 +26,7 @@ def test_probe_covers_every_managed_file_and_only_reads():
 
 
 def green_output(entry, states) -> str:
-    lines = ["memtotal_kb=127607603", "gpu_name=NVIDIA GB10", "cgroup2=1", "watchdog_dev=1", "container=none",
+    lines = ["memtotal_kb=127607603", "gpu_name=NVIDIA GB10", "cgroup2=1", "container=none",
              "earlyoom_version=earlyoom v1.7"]
     for state in states:
         lines += [f"@@P\t{p}\tinstalled" for p in state.packages]

@@ -8,25 +8,19 @@ from __future__ import annotations
 
 import hashlib
 import subprocess
-from types import SimpleNamespace
 
 import pytest
-from pyinfra.context import ctx_host
 
 from sparkguard import operations
 from sparkguard.converge import DAEMON_RELOAD, _markers
 from sparkguard.operations import Leftovers, leftovers_removed, managed_file, pending_marker, service_action
+from tests.unit.operations_harness import commands, node
 from tests.unit.test_audit import example
-
-
-def commands(op, *args, **kwargs) -> list[str]:
-    return [str(c) if not hasattr(c, "get_raw_value") else c.get_raw_value() for c in op._inner(*args, **kwargs)]
 
 
 @pytest.fixture
 def fake_host():
-    fake = SimpleNamespace(data={}, get_temp_filename=lambda path: f"/tmp/pyinfra-{hashlib.sha1(path.encode()).hexdigest()}")
-    with ctx_host.use(fake):
+    with node() as fake:
         yield fake
 
 
