@@ -148,95 +148,85 @@ def _install_file(state: DesiredState, managed, known: dict) -> object:
 
 
 def converge(state: DesiredState) -> None:
-    """Apply one role's desired state on the current host."""
-    missing = []
-    if state.packages:
-        installed = host.get_fact(DebPackages) or {}
-        missing = [name for name in state.packages if name not in installed]
+    """Apply one role's desired state on the current host, one step per kind, in this order."""
+    missing = _missing_packages(state)
     # With nothing to install, only this role's own operations touch its files between now and
     # execution, so their current state can be read here in one round trip instead of one per file.
     known = host.get_fact(ManagedFilesState, paths=tuple(f.path for f in state.files)) if state.files and not missing else {}
-    directories = tuple(sorted({f.path.rsplit("/", 1)[0] or "/" for f in state.files}
-                               | {e.path.rsplit("/", 1)[0] or "/" for e in state.edits}))
-    found = host.get_fact(Leftovers, directories=directories)
-    leftovers_removed(name=f"{state.role}: leftovers of an interrupted apply", directories=directories, found=found)
-    pending = set(found["pending"]) if found else set()
-
-    def was_pending(marker: str) -> bool:
-        return marker.rsplit("/", 1)[1] in pending
-
-    file_ops = {}
-    for managed in state.files:
-        if managed.before_packages:
-            file_ops[managed.path] = _install_file(state, managed, known)
-
-    if state.packages:
-        if missing:
-            apt.packages(
-                name=f"{state.role}: install {' '.join(missing)}",
-                packages=missing,
-                update=True,
-                cache_time=3600,
-                no_recommends=True,
-            )
-
+    pending = _clear_leftovers(state)
+    file_ops = {m.path: _install_file(state, m, known) for m in state.files if m.before_packages}
+    if missing:
+        apt.packages(name=f"{state.role}: install {' '.join(missing)}", packages=missing, update=True,
+                     cache_time=3600, no_recommends=True)
     for directory in state.directories:
-        files.directory(
-            name=f"{state.role}: directory {directory.path}",
-            path=directory.path,
-            mode=directory.mode,
-            user=directory.owner,
-            group=directory.group,
-        )
-
-    for managed in state.files:
-        if not managed.before_packages:
-            file_ops[managed.path] = _install_file(state, managed, known)
-
-    edit_ops = []
-    for edit in state.edits:
-        current = host.get_fact(FileText, path=edit.path)
-        if current is not None:
-            mode_owner = host.get_fact(ManagedFileState, path=edit.path) or {}
-            edit_ops.append(managed_file(
-                name=f"{state.role}: edit {edit.path} ({edit.description})",
-                path=edit.path,
-                content=edit.transform(current),
-                mode=mode_owner.get("mode", "644"),
-                owner=mode_owner.get("owner", "root"),
-                group=mode_owner.get("group", "root"),
-                validate=edit.validate,
-                pending=(DAEMON_RELOAD,) if edit.path == "/etc/fstab" else (),
-            ))
-
+        files.directory(name=f"{state.role}: directory {directory.path}", path=directory.path, mode=directory.mode,
+                        user=directory.owner, group=directory.group)
+    file_ops.update({m.path: _install_file(state, m, known) for m in state.files if not m.before_packages})
+    edit_ops = _apply_edits(state)
     reload_triggers = [op for path, op in file_ops.items() if state.file(path).is_systemd_unit]
-    reload_triggers += [op for edit, op in zip(state.edits, edit_ops, strict=True) if edit.path == "/etc/fstab"]
-    if reload_triggers or was_pending(DAEMON_RELOAD):
+    reload_triggers += [op for edit, op in edit_ops if edit.path == "/etc/fstab"]
+    if reload_triggers or DAEMON_RELOAD in pending:
         service_action(name=f"{state.role}: systemd daemon-reload", service="", action="daemon-reload",
-                       marker=DAEMON_RELOAD, _if=_changed_or_pending(reload_triggers, was_pending(DAEMON_RELOAD)))
-
+                       marker=DAEMON_RELOAD, _if=_changed_or_pending(reload_triggers, DAEMON_RELOAD in pending))
     for service in state.services:
         if service.masked is not None:
             unit_masked(name=f"{state.role}: {'mask' if service.masked else 'unmask'} {service.name}",
                         unit=service.name, masked=service.masked)
-
     if state.sysctls and not current_node_info().container:
         # In a container /proc/sys is the host's: the file is installed, the values are the host's business.
         for key, value in sorted(state.sysctls.items()):
             server.sysctl(name=f"{state.role}: sysctl {key}", key=key, value=value)
+    _converge_services(state, file_ops, pending)
+    for item in state.ensures:
+        ensure(name=f"{state.role}: {item.description}", check=item.check, fix=item.fix)
 
+
+def _missing_packages(state: DesiredState) -> list[str]:
+    if not state.packages:
+        return []
+    installed = host.get_fact(DebPackages) or {}
+    return [name for name in state.packages if name not in installed]
+
+
+def _clear_leftovers(state: DesiredState) -> set[str]:
+    """Remove what an interrupted apply left next to this role's files; return the markers it left pending."""
+    directories = tuple(sorted({f.path.rsplit("/", 1)[0] or "/" for f in state.files}
+                               | {e.path.rsplit("/", 1)[0] or "/" for e in state.edits}))
+    found = host.get_fact(Leftovers, directories=directories)
+    leftovers_removed(name=f"{state.role}: leftovers of an interrupted apply", directories=directories, found=found)
+    return {pending_marker(*name.rsplit(".", 1)) for name in (found or {}).get("pending", []) if "." in name}
+
+
+def _apply_edits(state: DesiredState) -> list[tuple]:
+    """(edit, operation) for each in-place edit whose file exists (an absent file has nothing to edit)."""
+    applied = []
+    for edit in state.edits:
+        current = host.get_fact(FileText, path=edit.path)
+        if current is None:
+            continue
+        mode_owner = host.get_fact(ManagedFileState, path=edit.path) or {}
+        applied.append((edit, managed_file(
+            name=f"{state.role}: edit {edit.path} ({edit.description})",
+            path=edit.path,
+            content=edit.transform(current),
+            mode=mode_owner.get("mode", "644"),
+            owner=mode_owner.get("owner", "root"),
+            group=mode_owner.get("group", "root"),
+            validate=edit.validate,
+            pending=(DAEMON_RELOAD,) if edit.path == "/etc/fstab" else (),
+        )))
+    return applied
+
+
+def _converge_services(state: DesiredState, file_ops: dict, pending: set[str]) -> None:
+    """Restart/reload what a changed (or still pending) file calls for, then running/enabled as declared."""
     for service in state.services:
         for action, paths in (("restart", service.restart_on), ("reload", service.reload_on)):
             triggers = [file_ops[p] for p in paths if p in file_ops]
             marker = pending_marker(service.name, action)
-            if (triggers or was_pending(marker)) and service.running:
-                service_action(
-                    name=f"{state.role}: {action} {service.name} (config changed)",
-                    service=service.name,
-                    action=action,
-                    marker=marker,
-                    _if=_changed_or_pending(triggers, was_pending(marker)),
-                )
+            if (triggers or marker in pending) and service.running:
+                service_action(name=f"{state.role}: {action} {service.name} (config changed)", service=service.name,
+                               action=action, marker=marker, _if=_changed_or_pending(triggers, marker in pending))
         if service.running is None and service.enabled is None:
             continue
         systemd.service(
@@ -245,9 +235,6 @@ def converge(state: DesiredState) -> None:
             running=service.running,
             enabled=service.enabled,
         )
-
-    for item in state.ensures:
-        ensure(name=f"{state.role}: {item.description}", check=item.check, fix=item.fix)
 
 
 def _changed_or_pending(triggers: list, pending: bool):
