@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from sparkguard.layout import (
     BIN_DIR,
     BUDGET_JSON,
+    CONFIG_DIR,
     LIB_DIR,
     NODE_JSON,
     STATE_DIR,
@@ -19,17 +23,31 @@ from sparkguard.role import RoleContext
 from sparkguard.state import DesiredState, Directory, Ensure, FileEdit, ManagedFile, Service
 from sparkguard.templating import render_template
 
+from . import train_launcher
 from .fstab import MARKER, disable_swap_lines, enable_swap_lines
 from .settings import SwapSettings
 
 TOGGLE = f"{LIB_DIR}/swap-toggle"
 LAUNCHER = f"{BIN_DIR}/sparkguard-train"
+# The launcher's layout; the launcher (shipped as it is) reads it from this path (tests check they agree).
+TRAIN_CONFIG = f"{CONFIG_DIR}/train.json"
 RUNS_DIR = f"{STATE_DIR}/train"
 RECORD = "/run/sparkguard/swap-before-training"
 SYSCTL_FILE = "/etc/sysctl.d/60-sparkguard-swap.conf"
 # Everything that can turn swap on at boot besides fstab: swap.target pulls in every
 # .swap unit (fstab, systemd-gpt-auto); zram comes from systemd-zram-generator or zram-tools.
 BOOT_SWAP_UNITS = ("swap.target", "systemd-zram-setup@zram0.service", "dev-zram0.swap", "zramswap.service")
+
+
+LAUNCHER_KEYS = ("training_target", "swapoff_service", "job_prefix", "node_json", "runs_dir", "budget_json",
+                 "vllm_mode_dir", "term_percent")
+
+
+def launcher_config(names: dict) -> str:
+    """train.json: what sparkguard-train needs to know about this node, from the same names as every file here."""
+    config = {key: names[key] for key in LAUNCHER_KEYS}
+    config["term_percent"] = float(config["term_percent"])
+    return json.dumps(config, indent=2, sort_keys=True) + "\n"
 
 
 def desired_state(ctx: RoleContext) -> DesiredState:
@@ -44,7 +62,9 @@ def desired_state(ctx: RoleContext) -> DesiredState:
     off = settings.mode == "off"
     files = (
         ManagedFile(TOGGLE, render_template("swap/swap-toggle.sh.j2", **names), mode="0755", validate="sh -n {path}"),
-        ManagedFile(LAUNCHER, render_template("swap/sparkguard-train.py.j2", **names), mode="0755",
+        ManagedFile(TRAIN_CONFIG, launcher_config(names),
+                    validate="python3 -c \"import json, sys; json.load(open(sys.argv[1]))\" {path}"),
+        ManagedFile(LAUNCHER, Path(train_launcher.__file__).read_text(), mode="0755",
                     validate="python3 -c \"import ast, sys; ast.parse(open(sys.argv[1]).read())\" {path}"),
         # Not confined yet (docs/security.md): with the shared sandbox, swap was not restored after a
         # killed launcher's job ended in one CI run of the qemu tests; kept as it was until that is understood.

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-# Managed by sparkguard (role swap).
+# Managed by sparkguard (role swap): this file is shipped as it is; its values come from train.json.
 """sparkguard-train: run a training job in training mode (swap off), as the first OOM victim.
 
     sparkguard-train [--peak-gib N] [--docker] [--name NAME] -- CMD [ARGS...]
@@ -7,9 +7,9 @@
 
 1. Preflight: with --peak-gib, refuse unless MemAvailable, plus what entering
    training mode frees (vLLM servers shrinking or stopping, from the node's
-   budget in {{ budget_json }}), covers the declared peak plus earlyoom's SIGTERM
+   budget, budget.json), covers the declared peak plus earlyoom's SIGTERM
    reserve. Nothing starts, swap is not touched.
-2. Enter {{ training_target }}: swap goes off (refused cleanly if swap holds
+2. Enter the training target (sparkguard-training.target): swap goes off (refused cleanly if swap holds
    more than RAM can take back).
 3. Run CMD as a transient systemd service sparkguard-job-NAME-TIME with
    OOMScoreAdjust=1000 (with --docker: the container, not the docker client), so the kernel and earlyoom pick it before anything
@@ -40,18 +40,33 @@ import sys
 import time
 from pathlib import Path
 
-TARGET = "{{ training_target }}"
-JOB_PREFIX = "{{ job_prefix }}"
-NODE_JSON = Path("{{ node_json }}")
-RUNS = Path("{{ runs_dir }}")
-BUDGET_JSON = Path("{{ budget_json }}")
-VLLM_MODE_DIR = Path("{{ vllm_mode_dir }}")
+# Role swap writes the node's layout here (roles/swap/state.py TRAIN_CONFIG); configure() reads it.
+CONFIG = Path("/etc/sparkguard/train.json")
+TARGET = JOB_PREFIX = SWAPOFF_SERVICE = ""
+NODE_JSON = RUNS = BUDGET_JSON = VLLM_MODE_DIR = Path()
+EARLYOOM_DEFAULT_TERM = 0.0
 VLLM_UNIT = "sparkguard-vllm@{}.service"
 DOCKER_STOP_S = 20
-EARLYOOM_DEFAULT_TERM = {{ term_percent }}
 REFUSED = 75
 PASS_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "VIRTUAL_ENV", "PYTHONPATH")
 PASS_PREFIXES = ("CUDA_", "HF_", "TORCH", "PYTORCH_", "NCCL_", "OMP_", "TRANSFORMERS_", "WANDB_")
+
+
+def configure(config: dict) -> None:
+    """Take every path and name from role swap's train.json: each value has one source, the role."""
+    global TARGET, JOB_PREFIX, SWAPOFF_SERVICE, NODE_JSON, RUNS, BUDGET_JSON, VLLM_MODE_DIR, EARLYOOM_DEFAULT_TERM
+    TARGET, JOB_PREFIX, SWAPOFF_SERVICE = config["training_target"], config["job_prefix"], config["swapoff_service"]
+    NODE_JSON, RUNS = Path(config["node_json"]), Path(config["runs_dir"])
+    BUDGET_JSON, VLLM_MODE_DIR = Path(config["budget_json"]), Path(config["vllm_mode_dir"])
+    EARLYOOM_DEFAULT_TERM = float(config["term_percent"])
+
+
+def load_config() -> None:
+    try:
+        configure(json.loads(CONFIG.read_text()))
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        say(f"{CONFIG} is missing or unreadable ({error}): apply sparkguard (role swap) to this node first")
+        sys.exit(REFUSED)
 
 
 def meminfo() -> dict:
@@ -134,7 +149,7 @@ def preflight(peak_gib: float | None) -> None:
 def enter_training_mode() -> None:
     result = systemctl("start", TARGET)
     if result.returncode != 0:
-        log = subprocess.run(["journalctl", "-u", "{{ swapoff_service }}", "-n", "5", "-o", "cat", "--no-pager"],
+        log = subprocess.run(["journalctl", "-u", SWAPOFF_SERVICE, "-n", "5", "-o", "cat", "--no-pager"],
                              capture_output=True, text=True).stdout
         say(f"refused: training mode could not start (swap could not be turned off). Nothing was started.\n{log}")
         sys.exit(REFUSED)
@@ -250,7 +265,7 @@ def run_job(cmd: list[str], unit: str, docker: bool) -> int:
     env.update(identity)
     container = unit.removesuffix(".service")
     # "+": the bookkeeping runs as root even when the job runs as the sudo user (it writes
-    # {{ runs_dir }} and stops {{ training_target }}).
+    # RUNS and stops TARGET).
     stop = []
     if docker:
         stop = [f"--property=ExecStop=+{self_path} --stop-container {container}",
@@ -322,7 +337,7 @@ def docker(*args: str, timeout: float = DOCKER_STOP_S + 30) -> subprocess.Comple
 
 def container_state(container: str) -> dict:
     """Running, ExitCode, Pid of a container; {} when docker does not know it."""
-    result = docker("inspect", "--format", "{{ '{{' }}json .State{{ '}}' }}", container, timeout=30)
+    result = docker("inspect", "--format", "{{json .State}}", container, timeout=30)
     try:
         return json.loads(result.stdout) if result.returncode == 0 else {}
     except ValueError:
@@ -464,6 +479,7 @@ def main() -> int:
     parser.add_argument("--stop-container", metavar="CONTAINER", help=argparse.SUPPRESS)
     parser.add_argument("cmd", nargs=argparse.REMAINDER)
     args = parser.parse_args()
+    load_config()
     if args.finished:
         return finished(args.finished, args.container)
     if args.stop_container:

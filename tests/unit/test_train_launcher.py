@@ -14,7 +14,9 @@ import json
 
 import pytest
 
+from roles.swap.state import TRAIN_CONFIG
 from sparkguard.inventory import load_inventory
+from sparkguard.layout import TRAINING_JOB_PREFIX, TRAINING_TARGET
 from sparkguard.render import host_states
 from tests.conftest import REPO
 
@@ -28,7 +30,17 @@ def launcher(tmp_path_factory):
     spec = importlib.util.spec_from_file_location("sparkguard_train", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    module.configure(json.loads(files[TRAIN_CONFIG]))
     return module
+
+
+def test_the_shipped_launcher_is_the_source_file_and_reads_the_roles_config(launcher):
+    from roles.swap import train_launcher
+
+    assert str(train_launcher.CONFIG) == TRAIN_CONFIG == str(launcher.CONFIG)
+    assert (launcher.TARGET, launcher.JOB_PREFIX) == (TRAINING_TARGET, TRAINING_JOB_PREFIX)
+    term = load_inventory(REPO / "inventory" / "example").host("spark-01").config.earlyoom.term_percent
+    assert launcher.EARLYOOM_DEFAULT_TERM == term
 
 
 CONTAINER = "sparkguard-job-train-20261203-101010"
