@@ -28,6 +28,7 @@ from .fstab import MARKER, disable_swap_lines, enable_swap_lines
 from .settings import SwapSettings
 
 TOGGLE = f"{LIB_DIR}/swap-toggle"
+TOGGLE_SOURCE = Path(__file__).with_name("swap-toggle.sh")  # shipped as it is
 LAUNCHER = f"{BIN_DIR}/sparkguard-train"
 # The launcher's layout; the launcher (shipped as it is) reads it from this path (tests check they agree).
 TRAIN_CONFIG = f"{CONFIG_DIR}/train.json"
@@ -61,7 +62,7 @@ def desired_state(ctx: RoleContext) -> DesiredState:
              "budget_json": BUDGET_JSON, "vllm_mode_dir": VLLM_MODE_DIR, "job_prefix": TRAINING_JOB_PREFIX}
     off = settings.mode == "off"
     files = (
-        ManagedFile(TOGGLE, render_template("swap/swap-toggle.sh.j2", **names), mode="0755", validate="sh -n {path}"),
+        ManagedFile(TOGGLE, TOGGLE_SOURCE.read_text(), mode="0755", validate="sh -n {path}"),
         ManagedFile(TRAIN_CONFIG, launcher_config(names),
                     validate="python3 -c \"import json, sys; json.load(open(sys.argv[1]))\" {path}"),
         ManagedFile(LAUNCHER, Path(train_launcher.__file__).read_text(), mode="0755",
@@ -78,12 +79,13 @@ def desired_state(ctx: RoleContext) -> DesiredState:
     if off:
         edit = FileEdit("/etc/fstab", disable_swap_lines, f"comment out swap lines with '{MARKER.strip()}'",
                         validate="findmnt --verify --tab-file {path}")
-        now = Ensure("no swap active now", check=f"{TOGGLE} none-active", fix=f"{TOGGLE} off")
+        now = Ensure("no swap active now", check=f"{TOGGLE} none-active",
+                     fix=f"{TOGGLE} off --reserve-percent {int(reserve)}")
     else:
         edit = FileEdit("/etc/fstab", enable_swap_lines, f"restore swap lines marked '{MARKER.strip()}'",
                         validate="findmnt --verify --tab-file {path}")
-        now = Ensure("fstab swap active now (unless in training mode)", check=f"{TOGGLE} fstab-active",
-                     fix=f"{TOGGLE} on")
+        now = Ensure("fstab swap active now (unless in training mode)",
+                     check=f"{TOGGLE} fstab-active --training-target {TRAINING_TARGET}", fix=f"{TOGGLE} on")
     return DesiredState(
         role="swap",
         directories=(Directory(RUNS_DIR),),

@@ -1,19 +1,19 @@
 #!/bin/sh
-# Managed by sparkguard (role swap).
+# Managed by sparkguard (role swap): shipped as it is; its callers (units, apply's checks) pass the values.
 #
-#   swap-toggle off [--record FILE]   turn every active swap off; FILE remembers them for `on`
+#   swap-toggle off [--record FILE] [--reserve-percent N]
+#                                     turn every active swap off; FILE remembers them for `on`
 #   swap-toggle on  [--record FILE]   turn back on exactly what FILE recorded (or everything in fstab)
-#   swap-toggle fstab-active          exit 0 when every fstab swap is on (or training mode holds it off)
+#   swap-toggle fstab-active [--training-target UNIT]
+#                                     exit 0 when every fstab swap is on (or training mode holds it off)
 #   swap-toggle none-active           exit 0 when no swap is on
 #
 # swapoff must move every swapped page back into RAM. When swap holds more than
-# MemAvailable minus earlyoom's SIGTERM reserve ({{ reserve_percent }}% of MemTotal),
+# MemAvailable minus earlyoom's SIGTERM reserve (N% of MemTotal),
 # it would fail with ENOMEM half-way or push the node into the very squeeze
 # training mode exists to avoid, so `off` refuses up front and changes nothing.
 # If a swapoff still fails, the swaps already turned off are turned back on.
 set -u
-RESERVE_PERCENT={{ reserve_percent }}
-TRAINING_TARGET={{ training_target }}
 
 meminfo() { awk -v k="$1:" '$1 == k { print $2 }' /proc/meminfo; }
 active() { tail -n +2 /proc/swaps | awk '{ print $1, $5 }'; }
@@ -78,7 +78,7 @@ swap_on() {
 }
 
 fstab_active() {
-  systemctl is-active --quiet "$TRAINING_TARGET" && return 0
+  [ -n "$TRAINING_TARGET" ] && systemctl is-active --quiet "$TRAINING_TARGET" && return 0
   for dev in $(findmnt --fstab -t swap -n -o SOURCE --evaluate 2>/dev/null); do
     real=$(readlink -f "$dev")
     tail -n +2 /proc/swaps | awk '{ print $1 }' | grep -qx -e "$dev" -e "$real" || return 1
@@ -86,13 +86,29 @@ fstab_active() {
   return 0
 }
 
-cmd=${1:-}; shift || true
-record=""
-[ "${1:-}" = "--record" ] && record=${2:-}
+usage() {
+  echo "usage: swap-toggle off|on [--record FILE] [--reserve-percent N] | fstab-active [--training-target UNIT]" \
+       "| none-active" >&2
+  exit 2
+}
+
+cmd=${1:-}; [ $# -gt 0 ] && shift
+record="" RESERVE_PERCENT=0 TRAINING_TARGET=""
+while [ $# -gt 0 ]; do
+  [ $# -ge 2 ] || usage
+  case "$1" in
+    --record) record=$2 ;;
+    --reserve-percent) RESERVE_PERCENT=$2 ;;
+    --training-target) TRAINING_TARGET=$2 ;;
+    *) usage ;;
+  esac
+  shift 2
+done
+case "$RESERVE_PERCENT" in ''|*[!0-9]*) usage ;; esac
 case "$cmd" in
   off) swap_off "$record" ;;
   on) swap_on "$record" ;;
   fstab-active) fstab_active ;;
   none-active) [ -z "$(active)" ] ;;
-  *) echo "usage: swap-toggle off|on [--record FILE] | fstab-active | none-active" >&2; exit 2 ;;
+  *) usage ;;
 esac
