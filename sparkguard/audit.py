@@ -16,6 +16,7 @@ import base64
 import os
 import shlex
 import time
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -23,6 +24,7 @@ from pyinfra.api import Config, FactBase, State
 from pyinfra.api import Inventory as PyinfraInventory
 from pyinfra.api.connect import disconnect_all
 from pyinfra.api.facts import get_fact
+from pyinfra.api.host import Host
 from pyinfra.api.state import StateStage
 from pyinfra.connectors.sshuserclient.client import get_host_keys
 from pyinfra.context import ctx_host, ctx_state
@@ -35,7 +37,7 @@ from .inventory import Inventory, InventoryHost
 from .operations import PENDING_DIR, STAGE_DIR, UPLOAD_DIR
 from .render import host_states
 from .runner import ConnectErrors, connect_hosts, explain_connect_error, quiet_pyinfra
-from .state import DesiredState
+from .state import DesiredState, Service
 
 # SSH round trips per host: the connection (key exchange + auth), then this many commands.
 COMMANDS_PER_HOST = 1
@@ -152,13 +154,13 @@ r can_lower "$(sh -c 'echo -1 > /proc/self/oom_score_adj' 2>/dev/null && echo 1 
     return "\n".join(lines) + "\n"
 
 
-class AuditProbe(FactBase):
+class AuditProbe(FactBase[str]):
     """Run the audit probe; its raw output (parsed by ``evaluate``)."""
 
     def command(self, script: str) -> str:
         return script
 
-    def process(self, output):
+    def process(self, output: Iterable[str]) -> str:
         return "\n".join(output)
 
 
@@ -191,7 +193,7 @@ def parse_output(text: str) -> ProbeOutput:
 # ---------------------------------------------------------------- comparisons
 
 
-def _service_problem(service, seen: tuple[str, str] | None) -> str | None:
+def _service_problem(service: Service, seen: tuple[str, str] | None) -> str | None:
     enabled, active = seen or ("", "")
     if service.masked is True and enabled != "masked":
         return f"{service.name} not masked ({enabled or 'unknown'})"
@@ -286,7 +288,7 @@ def run_audit(inventory: Inventory, limit: list[str] | None = None, verbose: boo
     started = time.monotonic()
     pyinfra.is_cli = False
     quiet_pyinfra(verbose)
-    get_host_keys.cache.clear()  # type: ignore[attr-defined]
+    get_host_keys.cache.clear()
     entries = [h for h in inventory.hosts if not limit or h.name in limit or set(h.groups) & set(limit)]
     if not entries:
         raise ConfigError([Problem("", "--limit", limit, "matches no host or group in the inventory")])
@@ -301,7 +303,7 @@ def run_audit(inventory: Inventory, limit: list[str] | None = None, verbose: boo
     try:
         connect_hosts(state, entries, errors)
 
-        def probe(host):
+        def probe(host: Host) -> tuple[str, str, float]:
             began = time.monotonic()
             with ctx_host.use(host):
                 output = get_fact(state, host, AuditProbe, kwargs={"script": scripts[host.name]})

@@ -12,9 +12,13 @@ goes live, and the next apply runs what is pending and removes what was left sta
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.api.exceptions import PyinfraError
+from pyinfra.api.operation import OperationMeta
 from pyinfra.facts.deb import DebPackages
 from pyinfra.operations import apt, files, server, systemd
 from pyinfra.operations.util import any_changed
@@ -22,7 +26,7 @@ from pyinfra.operations.util import any_changed
 from . import registry
 from .errors import Problem
 from .facts import NodeFacts, NodeInfo
-from .hostconfig import host_config_model
+from .hostconfig import HostConfig, host_config_model
 from .operations import (
     FileText,
     Leftovers,
@@ -36,7 +40,7 @@ from .operations import (
     unit_masked,
 )
 from .role import NodeProfile, Role, RoleContext
-from .state import DesiredState
+from .state import DesiredState, FileEdit, ManagedFile
 
 MEMORY_TOLERANCE = 0.02
 
@@ -49,7 +53,7 @@ class PreflightError(PyinfraError):
         super().__init__("\n\n".join(p.paragraph() for p in problems))
 
 
-def check_node(host_name: str, config, info: NodeInfo) -> list[Problem]:
+def check_node(host_name: str, config: HostConfig, info: NodeInfo) -> list[Problem]:
     """Compare what the inventory declares with what the node reports."""
     problems = []
     declared = config.node.memory_total_gib
@@ -70,7 +74,7 @@ def check_node(host_name: str, config, info: NodeInfo) -> list[Problem]:
     return problems
 
 
-def role_preflight(host_name: str, config, info: NodeInfo) -> list[Problem]:
+def role_preflight(host_name: str, config: HostConfig, info: NodeInfo) -> list[Problem]:
     """Each enabled role's checks against the live node (e.g. earlyoom's version)."""
     ROLES = registry.roles()
 
@@ -82,7 +86,7 @@ def role_preflight(host_name: str, config, info: NodeInfo) -> list[Problem]:
     return problems
 
 
-def node_profile(config, live: NodeInfo | None = None) -> NodeProfile:
+def node_profile(config: HostConfig, live: NodeInfo | None = None) -> NodeProfile:
     """What roles may depend on: declared values, so render == apply; ``live`` only resolves an 'auto'."""
     declared = config.node.memory_total_gib
     return NodeProfile(
@@ -130,7 +134,7 @@ def _markers(state: DesiredState, path: str) -> tuple[str, ...]:
     return tuple(markers)
 
 
-def _install_file(state: DesiredState, managed, known: dict) -> object:
+def _install_file(state: DesiredState, managed: ManagedFile, known: dict[str, Any]) -> OperationMeta:
     extra = {"current": known[managed.path]} if managed.path in known else {}
     markers = _markers(state, managed.path)
     if markers:
@@ -197,7 +201,7 @@ def _clear_leftovers(state: DesiredState) -> set[str]:
     return {pending_marker(*name.rsplit(".", 1)) for name in (found or {}).get("pending", []) if "." in name}
 
 
-def _apply_edits(state: DesiredState) -> list[tuple]:
+def _apply_edits(state: DesiredState) -> list[tuple[FileEdit, OperationMeta]]:
     """(edit, operation) for each in-place edit whose file exists (an absent file has nothing to edit)."""
     applied = []
     for edit in state.edits:
@@ -218,7 +222,7 @@ def _apply_edits(state: DesiredState) -> list[tuple]:
     return applied
 
 
-def _converge_services(state: DesiredState, file_ops: dict, pending: set[str]) -> None:
+def _converge_services(state: DesiredState, file_ops: dict[str, OperationMeta], pending: set[str]) -> None:
     """Restart/reload what a changed (or still pending) file calls for, then running/enabled as declared."""
     for service in state.services:
         for action, paths in (("restart", service.restart_on), ("reload", service.reload_on)):
@@ -237,13 +241,13 @@ def _converge_services(state: DesiredState, file_ops: dict, pending: set[str]) -
         )
 
 
-def _changed_or_pending(triggers: list, pending: bool):
+def _changed_or_pending(triggers: list[OperationMeta], pending: bool) -> Callable[[], bool]:
     """An ``_if`` callable: one of ``triggers`` changed in this run, or an earlier run left it pending."""
     changed = any_changed(*triggers)
     return lambda: pending or changed()
 
 
-def role_deploy(role: Role):
+def role_deploy(role: Role) -> Callable[..., Any]:
     """The pyinfra ``@deploy`` for a role: desired state from settings, then converge."""
 
     @deploy(f"sparkguard {role.name}")
@@ -256,7 +260,7 @@ def role_deploy(role: Role):
     return apply_role
 
 
-def site_deploy():
+def site_deploy() -> Callable[..., Any]:
     """Every enabled role, in registry order."""
     ROLES = registry.roles()
 

@@ -7,6 +7,7 @@ developer's sandbox and the test harness cannot drift apart.
 from __future__ import annotations
 
 import subprocess
+from typing import Any
 
 from .errors import SparkguardError
 
@@ -15,7 +16,7 @@ MIRROR = "http://deb.debian.org/debian"
 
 
 def run_tool(cmd: list[str], error: type[SparkguardError], who: str, install: str, *, tail: int = 800,
-             timeout: float | None = None, **kwargs) -> subprocess.CompletedProcess:
+             timeout: float | None = None, **kwargs: Any) -> subprocess.CompletedProcess[str]:
     """Run ``cmd`` (captured, checked); a missing tool or a failure becomes ``error`` with the tool's own words."""
     try:
         return subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=timeout, **kwargs)

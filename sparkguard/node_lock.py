@@ -20,6 +20,8 @@ import socket
 import string
 from dataclasses import dataclass
 
+import paramiko
+
 LOCK_FILE = "/run/sparkguard-apply.lock"
 LOCKED = "sparkguard-locked"
 BUSY_EXIT = 75  # EX_TEMPFAIL: try again later
@@ -72,9 +74,12 @@ class NodeBusy(Exception):
     """Another apply holds the node's lock (or the lock could not be taken)."""
 
 
-def take(client, sudo: bool, holder: str | None = None, timeout: float = 30.0 + WAIT_S) -> NodeLock:
+def take(client: paramiko.SSHClient, sudo: bool, holder: str | None = None, timeout: float = 30.0 + WAIT_S) -> NodeLock:
     """Take the node's apply lock over ``client`` (a connected paramiko SSHClient) or raise NodeBusy."""
-    channel = client.get_transport().open_session()
+    transport = client.get_transport()
+    if transport is None:
+        raise NodeBusy("the SSH connection closed before the lock could be taken")
+    channel = transport.open_session()
     channel.settimeout(timeout)
     channel.exec_command(lock_command(holder or holder_description(), sudo))
     received = b""

@@ -12,12 +12,17 @@ import hashlib
 import io
 import posixpath
 import shlex
+from collections.abc import Generator, Iterable
+from typing import Any
 
 from pyinfra import host
 from pyinfra.api import FactBase, FileUploadCommand, StringCommand, operation
 
+Commands = Generator[StringCommand | FileUploadCommand, None, None]
+FileState = dict[str, str]
 
-class ManagedFileState(FactBase):
+
+class ManagedFileState(FactBase[FileState | None]):
     """Mode, owner, group and sha256 of a file in one round trip; None if absent.
 
     Example::
@@ -33,7 +38,7 @@ class ManagedFileState(FactBase):
             f"else echo absent; fi"
         )
 
-    def process(self, output):
+    def process(self, output: Iterable[str]) -> FileState | None:
         lines = [line.strip() for line in output if line.strip()]
         if not lines or lines[0] == "absent":
             return None
@@ -41,7 +46,7 @@ class ManagedFileState(FactBase):
         return {"mode": mode, "owner": owner, "group": group, "sha256": lines[1] if len(lines) > 1 else ""}
 
 
-class ManagedFilesState(FactBase):
+class ManagedFilesState(FactBase[dict[str, FileState | None]]):
     """ManagedFileState for many files in ONE round trip: {path: state or None}.
 
     Example::
@@ -57,8 +62,8 @@ class ManagedFilesState(FactBase):
             f"else printf '%s\\tabsent\\n' \"$p\"; fi; done"
         )
 
-    def process(self, output):
-        states = {}
+    def process(self, output: Iterable[str]) -> dict[str, FileState | None]:
+        states: dict[str, FileState | None] = {}
         for line in output:
             path, _, rest = line.partition("\t")
             fields = rest.split()
@@ -89,7 +94,7 @@ def pending_marker(service: str, action: str) -> str:
 
 @operation()
 def managed_file(path: str, content: str, mode: str = "0644", owner: str = "root", group: str = "root",
-                 validate: str | None = None, current=_FETCH, pending: tuple[str, ...] = ()):
+                 validate: str | None = None, current: Any = _FETCH, pending: tuple[str, ...] = ()) -> Commands:
     """Install exact content at ``path``; validate a staged copy before it goes live.
 
     + path: absolute path on the node
@@ -156,7 +161,7 @@ def managed_file(path: str, content: str, mode: str = "0644", owner: str = "root
     yield StringCommand(f"{mark}mv -f {q_staged} {q_path} && rmdir {q_dir}")
 
 
-class Leftovers(FactBase):
+class Leftovers(FactBase[dict[str, list[str]]]):
     """What an interrupted apply left: staging directories next to managed files, uploads, pending markers.
 
     Example::
@@ -178,7 +183,7 @@ class Leftovers(FactBase):
     def default() -> dict[str, list[str]]:
         return {"staging": [], "uploads": [], "pending": []}  # a clean node prints nothing
 
-    def process(self, output) -> dict[str, list[str]]:
+    def process(self, output: Iterable[str]) -> dict[str, list[str]]:
         found: dict[str, list[str]] = self.default()
         for line in output:
             kind, _, path = line.partition("\t")
@@ -188,7 +193,7 @@ class Leftovers(FactBase):
 
 
 @operation()
-def leftovers_removed(directories: tuple[str, ...], found=_FETCH):
+def leftovers_removed(directories: tuple[str, ...], found: Any = _FETCH) -> Commands:
     """Remove staging directories and uploads an interrupted apply left behind (never the live files).
 
     Safe because an apply holds the node's lock (``node_lock``): no other apply is staging now.
@@ -205,7 +210,7 @@ def leftovers_removed(directories: tuple[str, ...], found=_FETCH):
 
 
 @operation()
-def service_action(service: str, action: str, marker: str):
+def service_action(service: str, action: str, marker: str) -> Commands:
     """``systemctl restart|reload`` a service, then drop its pending marker (the change is now live).
 
     Example::
@@ -220,44 +225,44 @@ def service_action(service: str, action: str, marker: str):
     yield StringCommand("rm", "-f", shlex.quote(marker))
 
 
-class FileText(FactBase):
+class FileText(FactBase[str | None]):
     """A text file's content, or None when it does not exist."""
 
     def command(self, path: str) -> str:
         q = shlex.quote(path)
         return f"if [ -f {q} ]; then echo present; cat {q}; else echo absent; fi"
 
-    def process(self, output):
+    def process(self, output: Iterable[str]) -> str | None:
         lines = list(output)
         if not lines or lines[0] != "present":
             return None
         return "\n".join(lines[1:]) + "\n" if len(lines) > 1 else ""
 
 
-class CommandSucceeds(FactBase):
+class CommandSucceeds(FactBase[bool]):
     """Whether a shell check exits 0 (used to skip work on a converged node)."""
 
     def command(self, check: str) -> str:
         # A subshell: a check may `exit` or define functions without ending or changing the fact's shell.
         return f"if ( {check}\n ) >/dev/null 2>&1; then echo yes; else echo no; fi"
 
-    def process(self, output):
+    def process(self, output: Iterable[str]) -> bool:
         return list(output)[-1:] == ["yes"]
 
 
-class UnitFileState(FactBase):
+class UnitFileState(FactBase[str]):
     """`systemctl is-enabled` of a unit: enabled, disabled, masked, static, ... or not-found."""
 
     def command(self, unit: str) -> str:
         return f"systemctl is-enabled {shlex.quote(unit)} 2>/dev/null || true"
 
-    def process(self, output):
+    def process(self, output: Iterable[str]) -> str:
         lines = [line.strip() for line in output if line.strip()]
         return lines[-1] if lines else "not-found"
 
 
 @operation()
-def ensure(check: str, fix: str):
+def ensure(check: str, fix: str) -> Commands:
     """Run ``fix`` only when ``check`` fails.
 
     Example::
@@ -269,7 +274,7 @@ def ensure(check: str, fix: str):
 
 
 @operation()
-def unit_masked(unit: str, masked: bool = True):
+def unit_masked(unit: str, masked: bool = True) -> Commands:
     """Mask or unmask a systemd unit (pyinfra's systemd.service cannot).
 
     Example::

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 from .errors import ConfigError
 from .inventory import load_inventory
@@ -25,7 +26,7 @@ globals().update(_groups_for(__file__))
 '''
 
 
-def groups_for(adapter_file: str) -> dict:
+def groups_for(adapter_file: str) -> dict[str, Any]:
     """Return pyinfra groups: ``all`` carries every host with its validated data."""
     import roles  # plain pyinfra's entry point into sparkguard: it chooses the roles
 
@@ -37,7 +38,7 @@ def groups_for(adapter_file: str) -> dict:
             print(f"sparkguard: {paragraph}\n", file=sys.stderr)
         print("sparkguard: inventory invalid; nothing was applied to any node.", file=sys.stderr)
         raise SystemExit(error.exit_code) from None
-    groups: dict = {"all": ([(h.name, h.pyinfra_data()) for h in inventory.hosts], {})}
+    groups: dict[str, Any] = {"all": ([(h.name, h.pyinfra_data()) for h in inventory.hosts], {})}
     for group, members in inventory.groups.items():
         if group != "all":
             groups[group] = list(members)

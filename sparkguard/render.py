@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 from . import registry
 from .converge import node_profile
 from .errors import ConfigError, Problem
+from .facts import NodeInfo
 from .inventory import Inventory, InventoryHost
 from .role import RoleContext
 from .state import DesiredState
@@ -22,7 +24,7 @@ from .state import DesiredState
 SECRET_PLACEHOLDER = "# secret: rendered on apply only; the value never leaves the operator's machine in a render\n"
 
 
-def host_states(entry: InventoryHost, live=None) -> list[DesiredState]:
+def host_states(entry: InventoryHost, live: NodeInfo | None = None) -> list[DesiredState]:
     """Desired state of every enabled role for one host (pure: no SSH; ``live`` resolves 'auto' settings)."""
     ROLES = registry.roles()
 
@@ -30,7 +32,7 @@ def host_states(entry: InventoryHost, live=None) -> list[DesiredState]:
     return [role.desired_state(ctx) for role in ROLES if role.enabled(entry.config)]
 
 
-def _summary(states: list[DesiredState]) -> dict:
+def _summary(states: list[DesiredState]) -> dict[str, Any]:
     return {
         state.role: {
             "packages": list(state.packages),

@@ -20,6 +20,7 @@ from pyinfra.api import Inventory as PyinfraInventory
 from pyinfra.api.connect import connect_all, disconnect_all
 from pyinfra.api.deploy import add_deploy
 from pyinfra.api.exceptions import PyinfraError
+from pyinfra.api.host import Host
 from pyinfra.api.operations import run_ops
 from pyinfra.api.state import BaseStateCallback, StateStage
 from pyinfra.connectors.sshuserclient.client import get_host_keys
@@ -91,7 +92,7 @@ class ConnectErrors(BaseStateCallback):
     def __init__(self) -> None:
         self.errors: dict[str, str] = {}
 
-    def host_connect_error(self, state, host, error) -> None:  # type: ignore[override]
+    def host_connect_error(self, state: State, host: Host, error: Exception) -> None:  # type: ignore[override]
         self.errors[host.name] = str(error.args[0] if getattr(error, "args", None) else error)
 
 
@@ -148,7 +149,7 @@ def run_deploy(inventory: Inventory, deploy_factory: Callable[[], Callable[[], N
     node_info_cache.clear()
     # pyinfra memoizes known_hosts per process; a long-lived caller (tests, a
     # fixed known_hosts after a reimage) must see the file as it is now.
-    get_host_keys.cache.clear()  # type: ignore[attr-defined]
+    get_host_keys.cache.clear()
     entries = [h for h in inventory.hosts if not limit or h.name in limit or set(h.groups) & set(limit)]
     if not entries:
         raise ConfigError([Problem("", "--limit", limit, "matches no host or group in the inventory")])

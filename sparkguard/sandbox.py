@@ -19,8 +19,10 @@ import socket
 import subprocess
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -28,6 +30,8 @@ from .errors import SparkguardError
 from .hosttools import MIRROR, RELEASES, run_tool
 from .paths import REPO_ROOT
 from .pyinfra_inventory import write_adapter
+
+Log = Callable[..., Any]  # print, or a quiet stand-in
 
 INCLUDE = "systemd,systemd-sysv,dbus,openssh-server,iproute2,python3,procps,sudo,ca-certificates"
 DEFAULT_STATE_DIR = Path(os.environ.get("SPARKGUARD_SANDBOX_DIR", "/var/lib/sparkguard/sandbox"))
@@ -98,7 +102,7 @@ def _pid_alive(pid: int) -> bool:
     return "State:\tZ" not in status
 
 
-def _run(cmd: list[str], **kwargs) -> subprocess.CompletedProcess:
+def _run(cmd: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
     return run_tool(cmd, SandboxError, "sandbox", "debootstrap, systemd-container and openssh-client "
                     "(the README's first command does)", **kwargs)
 
@@ -108,7 +112,7 @@ def _require_root() -> None:
         raise SandboxError("sandbox: needs root (debootstrap and systemd-nspawn); run it with sudo")
 
 
-def ensure_rootfs(release: str, cache_dir: Path = DEFAULT_CACHE_DIR, log=print) -> Path:
+def ensure_rootfs(release: str, cache_dir: Path = DEFAULT_CACHE_DIR, log: Log = print) -> Path:
     """The cached debootstrap rootfs for a release, built once (~1 minute)."""
     if release not in RELEASES:
         raise SandboxError(f"sandbox: release '{release}' is not supported; choose one of {', '.join(RELEASES)}")
@@ -128,7 +132,7 @@ def ensure_rootfs(release: str, cache_dir: Path = DEFAULT_CACHE_DIR, log=print) 
     return target
 
 
-def _prepare_node(node: Node, template: Path, public_key: str, log) -> None:
+def _prepare_node(node: Node, template: Path, public_key: str, log: Log) -> None:
     rootfs = Path(node.rootfs)
     if rootfs.exists():
         shutil.rmtree(rootfs)
@@ -195,7 +199,7 @@ def _host_memtotal_gib() -> float:
     raise SandboxError("sandbox: cannot read MemTotal")
 
 
-def _host_kernel_vars() -> dict:
+def _host_kernel_vars() -> dict[str, Any]:
     """Settings the nodes need because they share this host's kernel.
 
     A kernel built without CONFIG_MAGIC_SYSRQ has no kernel.sysrq: role recovery's
@@ -232,7 +236,7 @@ def write_inventory(box: Sandbox) -> Path:
 
 def up(nodes: int = 1, release: str = "bookworm", state_dir: Path = DEFAULT_STATE_DIR,
        inventory_dir: Path = DEFAULT_INVENTORY_DIR, net: str = DEFAULT_NET, cache_dir: Path = DEFAULT_CACHE_DIR,
-       log=print) -> Path:
+       log: Log = print) -> Path:
     """Boot N nodes (reusing running ones) and write their inventory; return its hosts.yml."""
     _require_root()
     if not 1 <= nodes <= 64:
@@ -277,7 +281,7 @@ def up(nodes: int = 1, release: str = "bookworm", state_dir: Path = DEFAULT_STAT
     return hosts_file
 
 
-def status(state_dir: Path = DEFAULT_STATE_DIR) -> list[dict]:
+def status(state_dir: Path = DEFAULT_STATE_DIR) -> list[dict[str, Any]]:
     box = Sandbox.load(state_dir)
     if box is None:
         return []
@@ -327,7 +331,7 @@ def _unmount_under(path: Path) -> None:
         subprocess.run(["umount", "-l", mount], capture_output=True)
 
 
-def down(state_dir: Path = DEFAULT_STATE_DIR, log=print) -> int:
+def down(state_dir: Path = DEFAULT_STATE_DIR, log: Log = print) -> int:
     """Stop every node, remove their rootfs copies and the sandbox inventory; return nodes stopped."""
     _require_root()
     box = Sandbox.load(state_dir)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+from typing import Any
 
 from sparkguard.auditing import AuditView, Check, q
 
@@ -12,7 +13,7 @@ from .guard import FIRST_ANON_RELATIVE, choose_guard
 from .state import RANKING_STATUS, earlyoom_args
 
 
-def probe(config) -> list[str]:
+def probe(config: Any) -> list[str]:
     return [
         "pid=$(systemctl show -p MainPID --value earlyoom.service 2>/dev/null)",
         "r earlyoom_active \"$(systemctl is-active earlyoom.service 2>/dev/null)\"",

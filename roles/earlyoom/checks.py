@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from typing import Any
 
 from sparkguard.errors import Problem
+from sparkguard.facts import NodeInfo
 
 from .guard import FIRST_ANON_RELATIVE, choose_guard
 from .names import fragment_problem
@@ -19,7 +21,7 @@ def lab_thresholds() -> bool:
     return os.environ.get(LAB_ENV) == "1"
 
 
-def problems(config) -> Iterator[Problem]:
+def problems(config: Any) -> Iterator[Problem]:
     settings = config.earlyoom
     if settings.term_percent > MAX_TERM_PERCENT and not lab_thresholds():
         yield Problem("", "earlyoom.term_percent", settings.term_percent,
@@ -36,7 +38,7 @@ def problems(config) -> Iterator[Problem]:
                 yield Problem("", f"earlyoom.{field}[{index}]", fragment, reason)
 
 
-def _unreadable_version(info) -> tuple[str, str] | None:
+def _unreadable_version(info: NodeInfo) -> tuple[str, str] | None:
     """A version string the node printed that does not parse: (where it came from, the string), else None."""
     installed = info.raw.get("earlyoom_version", "").strip()
     candidate = info.raw.get("earlyoom_candidate", "").strip()
@@ -47,7 +49,7 @@ def _unreadable_version(info) -> tuple[str, str] | None:
     return None
 
 
-def preflight(config, info) -> Iterator[Problem]:
+def preflight(config: Any, info: NodeInfo) -> Iterator[Problem]:
     """Refuse a guard whose lines would not hold on this node, before anything is applied."""
     settings = config.earlyoom
     unreadable = _unreadable_version(info)

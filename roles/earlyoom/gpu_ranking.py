@@ -36,6 +36,7 @@ import signal
 import subprocess
 import sys
 import time
+from typing import Any
 
 QUERY = ["--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"]
 MIB = 2**20
@@ -116,7 +117,7 @@ class Proc:
 
 
 class Ranking:
-    def __init__(self, config: dict, proc_root: str = "/proc"):
+    def __init__(self, config: dict[str, Any], proc_root: str = "/proc"):
         self.config = config
         self.proc_root = proc_root
         self.avoid = re.compile(config["avoid_regex"])
@@ -145,12 +146,12 @@ class Ranking:
 
     def target(self, kind: str, used: int | None, total: int) -> int | None:
         if kind == "serving":
-            return self.config["serving_adj"]
+            return int(self.config["serving_adj"])
         if kind == "gpu-holder":
             return holder_adj(used, total, self.config["holder_base"], self.config["holder_span"])
         return None
 
-    def apply(self, holders: list[tuple[int, int | None]], total: int) -> list[dict]:
+    def apply(self, holders: list[tuple[int, int | None]], total: int) -> list[dict[str, Any]]:
         """One pass: raise every holder into its band, give back what non-holders were given."""
         report = []
         seen = set()
@@ -231,7 +232,7 @@ def write_atomically(path: str, text: str) -> None:
     os.replace(temporary, path)
 
 
-def metrics(state: str, holders: list[dict], ranking: Ranking, now: float) -> str:
+def metrics(state: str, holders: list[dict[str, Any]], ranking: Ranking, now: float) -> str:
     lines = [
         "# HELP sparkguard_gpu_ranking_up 1 while GPU memory feeds the victim choice; 0 on failure (name rules only).",
         "# TYPE sparkguard_gpu_ranking_up gauge",
@@ -255,7 +256,7 @@ def metrics(state: str, holders: list[dict], ranking: Ranking, now: float) -> st
     return "\n".join(lines) + "\n"
 
 
-def one_pass(ranking: Ranking, binary: str | None) -> tuple[str, str, list[dict]]:
+def one_pass(ranking: Ranking, binary: str | None) -> tuple[str, str, list[dict[str, Any]]]:
     config = ranking.config
     if binary is None:
         return "no-nvidia-smi", "no nvidia-smi on this node: victims are chosen by marks, units and names", []
@@ -272,7 +273,7 @@ def one_pass(ranking: Ranking, binary: str | None) -> tuple[str, str, list[dict]
     return "ok", detail, report
 
 
-def run(config: dict, once: bool, proc_root: str) -> int:
+def run(config: dict[str, Any], once: bool, proc_root: str) -> int:
     ranking = Ranking(config, proc_root)
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))

@@ -20,8 +20,11 @@ and cannot see the node; it renders earlyoom and says so, and a host declared
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from sparkguard.facts import NodeInfo
+
+from .settings import EarlyoomSettings
 
 FIRST_ANON_RELATIVE = (1, 8)
 GUARDS = ("earlyoom", "nohang")
@@ -52,7 +55,7 @@ def _version(version: tuple[int, ...] | None) -> str:
     return ".".join(map(str, version)) if version else "none"
 
 
-def choose_guard(settings, live: NodeInfo | None) -> GuardChoice:
+def choose_guard(settings: EarlyoomSettings, live: NodeInfo | None) -> GuardChoice:
     """The guard for one node. Table-tested in tests/unit/test_guard_choice.py."""
     if settings.guard != "auto":
         return GuardChoice(settings.guard, "declared (earlyoom.guard)")
@@ -71,12 +74,12 @@ def choose_guard(settings, live: NodeInfo | None) -> GuardChoice:
                                  f"{_version(live.nohang_version)} measures against MemTotal")
 
 
-def live_alternatives(config) -> tuple[NodeInfo, ...]:
+def live_alternatives(config: Any) -> tuple[NodeInfo, ...]:
     """Node facts that would change this role's output: the audit probes both variants in one round trip."""
     return (NEWER_DISTRO,) if config.earlyoom.guard == "auto" else ()
 
 
-def describe(config, live: NodeInfo | None) -> dict[str, str]:
+def describe(config: Any, live: NodeInfo | None) -> dict[str, str]:
     """The apply table's guard column: which guard, which version, and why."""
     choice = choose_guard(config.earlyoom, live)
     if live is None:

@@ -27,6 +27,9 @@ from .guard import GuardChoice, choose_guard
 from .names import avoid_regex, prefer_regex, serving_regex
 from .settings import EarlyoomSettings
 
+# (packages, files, services) of one low-memory guard.
+GuardParts = tuple[tuple[str, ...], tuple[ManagedFile, ...], tuple[Service, ...]]
+
 DEFAULTS_FILE = "/etc/default/earlyoom"
 DROPIN = dropin_path("earlyoom.service")
 SPOOL_DIR = f"{STATE_DIR}/earlyoom-events"
@@ -113,7 +116,7 @@ def _lines(settings: EarlyoomSettings, total: int | None) -> dict[str, str]:
                 total_gib=f"{total / 2**30:.1f}" if total else "?")
 
 
-def earlyoom_guard(settings: EarlyoomSettings, total: int | None, paths: dict) -> tuple[tuple, tuple, tuple]:
+def earlyoom_guard(settings: EarlyoomSettings, total: int | None, paths: dict[str, str]) -> GuardParts:
     """earlyoom 1.7: -m lines of MemTotal; the -N hook records each kill. (packages, files, services)"""
     args = earlyoom_args(settings, total)
     defaults = render_template(
@@ -141,8 +144,8 @@ def nohang_config(settings: EarlyoomSettings, total: int | None, serving_adj: in
     )
 
 
-def nohang_guard(settings: EarlyoomSettings, total: int | None, paths: dict,
-                 serving_adj: int) -> tuple[tuple, tuple, tuple]:
+def nohang_guard(settings: EarlyoomSettings, total: int | None, paths: dict[str, str],
+                 serving_adj: int) -> GuardParts:
     """nohang: lines of MemTotal, the same ranking; every action goes through the recording action script."""
     files = (
         ManagedFile(NOHANG_ACTION, render_template("earlyoom/nohang-action.sh.j2", group=settings.kill_process_group,

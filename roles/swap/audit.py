@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from sparkguard.auditing import AuditView, Check
 from sparkguard.layout import TRAINING_TARGET
 
 EXPECTED = {"off": "no swap, none at boot", "on": "fstab swap active", "training-off": "distro swap; none while training"}
 
 
-def probe(config) -> list[str]:
+def probe(config: Any) -> list[str]:
     return [f"r training_active \"$(systemctl is-active {TRAINING_TARGET} 2>/dev/null)\""]
 
 

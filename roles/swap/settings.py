@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import field_validator
 
@@ -27,7 +27,7 @@ class SwapSettings(Settings):
 
     @field_validator("mode", mode="before")
     @classmethod
-    def _yaml_booleans(cls, value):
+    def _yaml_booleans(cls, value: Any) -> Any:
         """YAML 1.1 reads an unquoted `mode: off` as false and `on` as true; take them as meant."""
         if value is False:
             return "off"

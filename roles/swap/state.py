@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from sparkguard.layout import (
     BIN_DIR,
@@ -44,7 +45,7 @@ LAUNCHER_KEYS = ("training_target", "swapoff_service", "job_prefix", "node_json"
                  "vllm_mode_dir", "term_percent")
 
 
-def launcher_config(names: dict) -> str:
+def launcher_config(names: dict[str, Any]) -> str:
     """train.json: what sparkguard-train needs to know about this node, from the same names as every file here."""
     config = {key: names[key] for key in LAUNCHER_KEYS}
     config["term_percent"] = float(config["term_percent"])

@@ -39,6 +39,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 # Role swap writes the node's layout here (roles/swap/state.py TRAIN_CONFIG); configure() reads it.
 CONFIG = Path("/etc/sparkguard/train.json")
@@ -52,7 +53,7 @@ PASS_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "VIRTUAL_ENV", "PYTHONPATH")
 PASS_PREFIXES = ("CUDA_", "HF_", "TORCH", "PYTORCH_", "NCCL_", "OMP_", "TRANSFORMERS_", "WANDB_")
 
 
-def configure(config: dict) -> None:
+def configure(config: dict[str, Any]) -> None:
     """Take every path and name from role swap's train.json: each value has one source, the role."""
     global TARGET, JOB_PREFIX, SWAPOFF_SERVICE, NODE_JSON, RUNS, BUDGET_JSON, VLLM_MODE_DIR, EARLYOOM_DEFAULT_TERM
     TARGET, JOB_PREFIX, SWAPOFF_SERVICE = config["training_target"], config["job_prefix"], config["swapoff_service"]
@@ -69,7 +70,7 @@ def load_config() -> None:
         sys.exit(REFUSED)
 
 
-def meminfo() -> dict:
+def meminfo() -> dict[str, int]:
     values = {}
     for line in Path("/proc/meminfo").read_text().splitlines():
         key, _, rest = line.partition(":")
@@ -95,7 +96,7 @@ def say(message: str) -> None:
     print(f"sparkguard-train: {message}", file=sys.stderr, flush=True)
 
 
-def systemctl(*args: str) -> subprocess.CompletedProcess:
+def systemctl(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["systemctl", *args], capture_output=True, text=True)
 
 
@@ -242,7 +243,7 @@ def literal(arg: str) -> str:
     return arg.replace("$", "$$")
 
 
-def job_user() -> tuple[list[str], dict]:
+def job_user() -> tuple[list[str], dict[str, str]]:
     """Under sudo: the invoking user's uid, gid and HOME for the job (sudo may have set HOME=/root)."""
     if not (os.environ.get("SUDO_UID") and os.geteuid() == 0):
         return [], {}
@@ -285,7 +286,7 @@ def run_job(cmd: list[str], unit: str, docker: bool) -> int:
                                  f"_SYSTEMD_UNIT={unit}"])
     waiter = subprocess.Popen(run)
 
-    def stop_job(signum, _frame):
+    def stop_job(signum: int, _frame: Any) -> None:
         say(f"stopping {unit} (signal {signum})")
         systemctl("stop", "--no-block", unit)
 
@@ -302,18 +303,19 @@ def run_job(cmd: list[str], unit: str, docker: bool) -> int:
     return report(record)
 
 
-def read_record(unit: str, wait_s: float = 5.0):
+def read_record(unit: str, wait_s: float = 5.0) -> dict[str, Any] | None:
     path = RUNS / f"{unit}.json"
     deadline = time.time() + wait_s
     while time.time() < deadline:
         if path.exists():
-            return json.loads(path.read_text())
+            record: dict[str, Any] = json.loads(path.read_text())
+            return record
         time.sleep(0.1)
     return None
 
 
-def report(record: dict) -> int:
-    code = record["exit_code"]
+def report(record: dict[str, Any]) -> int:
+    code = int(record["exit_code"])
     if record.get("killed_by_earlyoom"):
         say(f"the job was KILLED BY EARLYOOM (SIGTERM/SIGKILL at low memory); see journalctl -u earlyoom -u nohang. "
             f"Exit {code}.")
@@ -328,14 +330,14 @@ def swap_summary() -> str:
     return ", ".join(line.split()[0] for line in lines) or "none active"
 
 
-def docker(*args: str, timeout: float = DOCKER_STOP_S + 30) -> subprocess.CompletedProcess:
+def docker(*args: str, timeout: float = DOCKER_STOP_S + 30) -> subprocess.CompletedProcess[str]:
     try:
         return subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout)
     except (OSError, subprocess.TimeoutExpired) as error:
         return subprocess.CompletedProcess(["docker", *args], 1, "", str(error))
 
 
-def container_state(container: str) -> dict:
+def container_state(container: str) -> dict[str, Any]:
     """Running, ExitCode, Pid of a container; {} when docker does not know it."""
     result = docker("inspect", "--format", "{{json .State}}", container, timeout=30)
     try:
@@ -411,7 +413,7 @@ def finished(unit: str, container: str | None) -> int:
     return 0
 
 
-def container_outcome(container: str, kills: list[str]) -> dict:
+def container_outcome(container: str, kills: list[str]) -> dict[str, Any]:
     """What became of a --docker job's container; it is removed here however the job ended.
 
     earlyoom's log names the host PID it signalled, and the container's processes

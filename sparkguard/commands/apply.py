@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
+from collections.abc import Callable
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -13,9 +16,10 @@ from ..console import console as make_console
 from ..converge import role_deploy, site_deploy
 from ..inventory import load_inventory
 from ..runner import ApplyResult, run_deploy
+from . import Subcommands
 
 
-def register(sub) -> None:
+def register(sub: Subcommands) -> None:
     parser = sub.add_parser("apply", help="apply the site (or one role) to every host in the inventory")
     parser.add_argument("inventory")
     parser.add_argument("--role", help="apply only this role (default: every enabled role)")
@@ -26,7 +30,7 @@ def register(sub) -> None:
     parser.set_defaults(func=run)
 
 
-def _deploy_factory(role_name: str | None):
+def _deploy_factory(role_name: str | None) -> Callable[[], Callable[..., Any]]:
     if role_name is None:
         return site_deploy
     from .. import registry
@@ -62,7 +66,7 @@ def print_report(result: ApplyResult, console: Console | None = None) -> None:
             console.print(f"[red]{host.host}[/red]: {error}")
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     inventory = load_inventory(args.inventory)
     for paragraph in fleet_advice(inventory):
         print(f"advice: {paragraph}", file=sys.stderr)

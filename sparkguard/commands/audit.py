@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 
 from rich.console import Console
@@ -10,9 +11,10 @@ from rich.table import Table
 from ..audit import COMMANDS_PER_HOST, AuditResult, run_audit
 from ..console import console as make_console
 from ..inventory import load_inventory
+from . import Subcommands
 
 
-def register(sub) -> None:
+def register(sub: Subcommands) -> None:
     parser = sub.add_parser("audit", help="compare every node with what apply would give it (read-only)")
     parser.add_argument("inventory")
     parser.add_argument("--limit", action="append", help="only these hosts or groups (repeatable)")
@@ -40,7 +42,7 @@ def print_report(result: AuditResult, console: Console | None = None) -> None:
                   f"{COMMANDS_PER_HOST} SSH command per host; nothing was changed.")
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     inventory = load_inventory(args.inventory)
     result = run_audit(inventory, limit=args.limit, verbose=args.verbose)
     if args.json:

@@ -11,11 +11,12 @@ import json
 
 from ..estimate import TrainingSpec, estimate_training, largest_seq_len, load_model
 from ..estimate.training import ATTENTION, GB, GIB, LOSSES, METHODS, TARGETS, Estimate
+from . import Subcommands
 
 DTYPES = ("bf16", "fp16", "fp32")
 
 
-def register(sub) -> None:
+def register(sub: Subcommands) -> None:
     parser = sub.add_parser("estimate", help="estimate the peak memory of a fine-tune before running it")
     parser.add_argument("--model", required=True, help="preset name or path to a Hugging Face config.json")
     parser.add_argument("--method", choices=METHODS, default="lora")
@@ -32,7 +33,7 @@ def register(sub) -> None:
     parser.set_defaults(func=run)
 
 
-def spec_from_args(args) -> TrainingSpec:
+def spec_from_args(args: argparse.Namespace) -> TrainingSpec:
     return TrainingSpec(
         model=load_model(args.model), method=args.method, rank=args.rank, target=args.target,
         seq_len=args.seq_len, micro_batch=args.micro_batch, dtype=args.dtype,
@@ -40,7 +41,7 @@ def spec_from_args(args) -> TrainingSpec:
     )
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     spec = spec_from_args(args)
     estimate = estimate_training(spec)
     fit = None

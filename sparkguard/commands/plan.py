@@ -2,21 +2,23 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 
 from ..errors import ConfigError
 from ..inventory import load_inventory
 from ..planner import GIB, HostPlan, budget_problems, plan_document, plan_host
+from . import Subcommands
 
 
-def register(sub) -> None:
+def register(sub: Subcommands) -> None:
     parser = sub.add_parser("plan", help="memory budget per host: earlyoom line, OS, vLLM, training, headroom")
     parser.add_argument("inventory", help="inventory directory, its hosts.yml or its inventory.py")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.set_defaults(func=run)
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     # Load without the role checks: the plan must be shown for an over-committed host too.
     inventory = load_inventory(args.inventory, check_roles=False)
     plans = [plan_host(h.name, h.config) for h in sorted(inventory.hosts, key=lambda h: h.name)]

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
 from .. import sandbox
+from . import Subcommands
 
 
-def register(sub) -> None:
+def register(sub: Subcommands) -> None:
     parser = sub.add_parser("sandbox", help="boot/stop local Debian nodes (systemd-nspawn; needs root)")
     actions = parser.add_subparsers(dest="action", required=True)
-    common = {"--state-dir": dict(type=Path, default=sandbox.DEFAULT_STATE_DIR,
-                                  help="where node rootfs copies, keys and known_hosts live")}
 
     up = actions.add_parser("up", help="boot N nodes and write their inventory (printed as the last line)")
     up.add_argument("--nodes", type=int, default=1)
@@ -24,12 +24,12 @@ def register(sub) -> None:
     status.add_argument("--json", action="store_true")
     down = actions.add_parser("down", help="stop every node and remove it; leaves nothing behind")
     for action in (up, status, down):
-        for flag, options in common.items():
-            action.add_argument(flag, **options)
+        action.add_argument("--state-dir", type=Path, default=sandbox.DEFAULT_STATE_DIR,
+                            help="where node rootfs copies, keys and known_hosts live")
     parser.set_defaults(func=run)
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     if args.action == "up":
         hosts_file = sandbox.up(args.nodes, args.release, args.state_dir, args.inventory_dir, args.net,
                                 args.cache_dir)

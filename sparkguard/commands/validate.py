@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 from ..advice import fleet_advice
 from ..inventory import load_inventory
+from . import Subcommands
 
 
-def register(sub) -> None:
+def register(sub: Subcommands) -> None:
     parser = sub.add_parser("validate", help="check an inventory against the schema (no SSH)")
     parser.add_argument("inventory", help="inventory directory, its hosts.yml or its inventory.py")
     parser.set_defaults(func=run)
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     inventory = load_inventory(args.inventory)
     print(f"{inventory.path}: {len(inventory.hosts)} host(s) valid: {', '.join(h.name for h in inventory.hosts)}")
     for paragraph in fleet_advice(inventory):
