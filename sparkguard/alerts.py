@@ -208,7 +208,7 @@ def _pct(value: float) -> str:
     return f"{value:g}"
 
 
-def _rules(t: AlertThresholds) -> list[dict]:
+def _rules(t: AlertThresholds) -> list[dict[str, str]]:
     job = f'job="{t.node_job}"'
     avail = f"node_memory_MemAvailable_bytes{{{job}}}"
     total = f"node_memory_MemTotal_bytes{{{job}}}"

@@ -17,7 +17,7 @@ from typing import Any
 
 from .facts import NodeInfo
 from .operations import normal_mode
-from .state import DesiredState
+from .state import DesiredState, ManagedFile
 
 
 @dataclass
@@ -77,7 +77,7 @@ def ensure_key(state: DesiredState, index: int) -> str:
     return f"{state.role}.{index}.{hashlib.sha256(state.ensures[index].check.encode()).hexdigest()[:10]}"
 
 
-def file_problem(managed, seen: tuple[str, str] | None) -> str | None:
+def file_problem(managed: ManagedFile, seen: tuple[str, str] | None) -> str | None:
     """What is wrong with one managed file as the probe saw it, or None."""
     if seen is None or seen[0] == "absent":
         return f"{managed.path} missing"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from pyinfra.api import FactBase
+from pyinfra.api.facts import FactBase
 
 # One round trip: every probe degrades to an empty value, never a failed host.
 PROBE = r"""
@@ -154,7 +154,7 @@ def parse_probe(output: str) -> NodeInfo:
     )
 
 
-class NodeFacts(FactBase):
+class NodeFacts(FactBase[NodeInfo]):
     """Classify a node (unified memory or not) and read MemTotal, swap, earlyoom, init, distro.
 
     Example::
@@ -166,5 +166,5 @@ class NodeFacts(FactBase):
     def command(self) -> str:
         return PROBE
 
-    def process(self, output) -> NodeInfo:
+    def process(self, output: list[str]) -> NodeInfo:
         return parse_probe("\n".join(output))

@@ -7,12 +7,15 @@ validation, and to the generated docs, with no second list to keep in sync.
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import create_model
 
 from . import registry
 from .settings import HostName, Settings, Word, required, setting
+
+if TYPE_CHECKING:
+    from .role import Role
 
 DeviceProfile = Literal["auto", "dgx-spark", "gh200", "jetson", "amd-apu", "discrete", "cpu-only"]
 
@@ -56,15 +59,16 @@ class ConnectionSettings(Settings):
         return tuple(ConnectionSettings.model_fields)
 
 
-def host_config_model() -> type[ConnectionSettings]:
+def host_config_model() -> type[HostConfig]:
     """HostConfig = connection settings + ``node`` + one block per registered role."""
     return _model_for(registry.roles())
 
 
 @lru_cache(maxsize=4)
-def _model_for(roles: tuple) -> type[ConnectionSettings]:
+def _model_for(roles: tuple[Role, ...]) -> type[HostConfig]:
     role_fields = {role.name: (role.settings, role.settings()) for role in roles}
-    return create_model(  # type: ignore[call-overload]
+    # pydantic's create_model overloads take no **fields built at run time (so the result is Any to mypy).
+    return create_model(  # type: ignore[call-overload, no-any-return]
         "HostConfig",
         __base__=ConnectionSettings,
         __doc__="All settings of one host.",
@@ -73,5 +77,17 @@ def _model_for(roles: tuple) -> type[ConnectionSettings]:
     )
 
 
-# For type annotations only: the real class is built from the registry.
-HostConfig = ConnectionSettings
+if TYPE_CHECKING:
+    class HostConfig(ConnectionSettings):
+        """What a type checker sees: the connection settings, ``node``, and one block per role.
+
+        The role blocks exist only once the registry has built the model, so they are ``Any`` here; a
+        role names its own settings class where it reads its block (the core imports no role).
+        """
+
+        node: NodeSettings
+
+        def __getattr__(self, role: str) -> Any: ...
+else:
+    # For type annotations only: the real class is built from the registry.
+    HostConfig = ConnectionSettings

@@ -26,7 +26,7 @@ from pydantic import BaseModel, ValidationError
 
 from . import registry
 from .errors import MISSING, ConfigError, Problem
-from .hostconfig import ConnectionSettings, host_config_model
+from .hostconfig import ConnectionSettings, HostConfig, host_config_model
 
 GROUP_KEYS = ("hosts", "vars", "children")
 HOSTS_FILE = "hosts.yml"
@@ -36,7 +36,7 @@ HOSTS_FILE = "hosts.yml"
 class InventoryHost:
     name: str
     groups: tuple[str, ...]
-    config: Any  # the HostConfig model instance
+    config: HostConfig
     sources: dict[str, str] = field(repr=False, default_factory=dict)
 
     def pyinfra_data(self) -> dict[str, Any]:
@@ -87,13 +87,13 @@ def locate(path: str | Path) -> Path:
     return candidate.resolve()
 
 
-class _StrictLoader(yaml.SafeLoader):
+class _StrictLoader(yaml.SafeLoader):  # type: ignore[misc]  # PyYAML ships no stubs: SafeLoader is Any
     """SafeLoader that refuses duplicate keys: YAML keeps the last one silently, so a second
     ``earlyoom:`` block further down a file would quietly throw the first one away."""
 
 
-def _no_duplicates(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
-    seen: dict = {}
+def _no_duplicates(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+    seen: dict[Any, int] = {}
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=deep)
         if key in seen:
@@ -101,7 +101,8 @@ def _no_duplicates(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool =
                 None, None, f"duplicate key {key!r} (first at line {seen[key] + 1}); merge the two blocks",
                 key_node.start_mark)
         seen[key] = key_node.start_mark.line
-    return loader.construct_mapping(node, deep=deep)
+    mapping: dict[Any, Any] = loader.construct_mapping(node, deep=deep)
+    return mapping
 
 
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicates)
@@ -166,7 +167,7 @@ def _read_yaml(path: Path, display: str) -> Any:
         raise _refuse(display, f"cannot be read as an inventory: {str(exc)[:200]}") from None
 
 
-def _deep_merge(target: dict, layer: dict, label: str, sources: dict[str, str], prefix: str = "") -> None:
+def _deep_merge(target: dict[str, Any], layer: dict[str, Any], label: str, sources: dict[str, str], prefix: str = "") -> None:
     for key, value in layer.items():
         dotted = f"{prefix}{key}"
         if isinstance(value, dict) and isinstance(target.get(key), dict):
@@ -215,10 +216,10 @@ class _Loader:
         self.root = hosts_file.parent
         self.display = _display(hosts_file)
         self.problems: list[Problem] = []
-        self.group_layers: dict[str, list[tuple[str, dict]]] = {}
+        self.group_layers: dict[str, list[tuple[str, dict[str, Any]]]] = {}
         self.group_depth: dict[str, int] = {}
         self.host_groups: dict[str, list[str]] = {}
-        self.host_inline: dict[str, dict] = {}
+        self.host_inline: dict[str, dict[str, Any]] = {}
         self.group_members: dict[str, list[str]] = {}
 
     def load(self) -> None:
@@ -331,9 +332,9 @@ class _Loader:
         for child, child_body in children.items():
             self._walk_group(child if isinstance(child, str) else repr(child), child_body, depth + 1, lineage)
 
-    def layers_for(self, host: str) -> list[tuple[str, dict]]:
+    def layers_for(self, host: str) -> list[tuple[str, dict[str, Any]]]:
         groups = sorted(self.host_groups.get(host, ["all"]), key=lambda g: (self.group_depth.get(g, 0), g))
-        layers: list[tuple[str, dict]] = []
+        layers: list[tuple[str, dict[str, Any]]] = []
         for group in groups:
             layers.extend(self.group_layers.get(group, []))
         if self.host_inline.get(host):
@@ -360,7 +361,7 @@ def _did_you_mean(key: str | int, allowed: Any) -> str:
     return f" (did you mean '{close[0]}'?)" if close else ""
 
 
-def _model_at(model: type[BaseModel], loc: tuple) -> tuple[type[BaseModel] | None, Any]:
+def _model_at(model: type[BaseModel], loc: tuple[str | int, ...]) -> tuple[type[BaseModel] | None, Any]:
     """Return (the model that owns loc[-1], its FieldInfo or None)."""
     current: Any = model
     for part in loc[:-1]:
@@ -426,7 +427,7 @@ def _source_for(dotted: str, sources: dict[str, str]) -> str:
     return ""
 
 
-def _resolve_paths(values: dict, root: Path) -> None:
+def _resolve_paths(values: dict[str, Any], root: Path) -> None:
     for key in ("ssh_key", "ssh_known_hosts_file"):
         value = values.get(key)
         if isinstance(value, str) and value and not value.startswith(("/", "~")):
@@ -446,7 +447,7 @@ def load_inventory(path: str | Path, *, check_roles: bool = True) -> Inventory:
     hosts: list[InventoryHost] = []
     problems = list(loader.problems)
     for name in loader.host_groups:
-        merged: dict = {}
+        merged: dict[str, Any] = {}
         sources: dict[str, str] = {}
         for label, layer in loader.layers_for(name):
             _deep_merge(merged, layer, label, sources)
@@ -467,7 +468,7 @@ def load_inventory(path: str | Path, *, check_roles: bool = True) -> Inventory:
     return Inventory(path=hosts_file.parent, hosts=hosts, groups=groups)
 
 
-def role_problems(host: str, config: Any, sources: dict[str, str], default_source: str) -> list[Problem]:
+def role_problems(host: str, config: HostConfig, sources: dict[str, str], default_source: str) -> list[Problem]:
     """Cross-field checks each role declares (thresholds in order, budgets that fit)."""
     ROLES = registry.roles()
 

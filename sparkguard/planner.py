@@ -19,9 +19,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import ConfigError, Problem
+
+if TYPE_CHECKING:
+    from .estimate import Architecture, TrainingSpec
+    from .hostconfig import HostConfig
 
 GIB = 2**30
 # The default shrunk KV cache: one max_model_len sequence plus this margin, capped at the full KV.
@@ -120,7 +124,7 @@ class TrainingPlan:
     peak_bytes: int  # what the budget counts: declared peak, or estimate + cpu overhead
     estimate_bytes: int | None = None
     cpu_overhead_bytes: int = 0
-    spec: Any = None  # TrainingSpec when estimated
+    spec: TrainingSpec | None = None  # when estimated
     components: dict[str, int] = field(default_factory=dict)
     phase: str | None = None
 
@@ -221,7 +225,7 @@ def _utilization(footprint: int, cuda_total: int) -> float:
     return min(hundredths, 100) / 100
 
 
-def _shape(spec: str | None):
+def _shape(spec: str | None) -> Architecture | None:
     if spec is None:
         return None
     from .estimate import load_model
@@ -229,7 +233,7 @@ def _shape(spec: str | None):
     return load_model(spec)
 
 
-def _weights_bytes(arch, dtype: str) -> int:
+def _weights_bytes(arch: Architecture, dtype: str) -> int:
     params = arch.params
     if dtype == "fp8":
         linear = arch.linear_params
@@ -237,7 +241,7 @@ def _weights_bytes(arch, dtype: str) -> int:
     return params * 2
 
 
-def cuda_total_bytes(config) -> int | None:
+def cuda_total_bytes(config: HostConfig) -> int | None:
     declared = config.vllm.cuda_total_gib
     if declared is not None:
         return gib_bytes(declared)
@@ -245,7 +249,9 @@ def cuda_total_bytes(config) -> int | None:
     return gib_bytes(known) if known is not None else None
 
 
-def _plan_serving(name: str, m, cuda_total: int, policy: str, problems: list[Problem]) -> ServingPlan | None:
+# The role blocks of a HostConfig are Any to the core (it imports no role): ``m`` is one of
+# roles/vllm/settings.py's ServedModel, ``job`` roles/budget/settings.py's TrainingJob.
+def _plan_serving(name: str, m: Any, cuda_total: int, policy: str, problems: list[Problem]) -> ServingPlan | None:
     from .estimate import kv_cache_bytes
 
     base = f"vllm.models.{name}"
@@ -341,17 +347,19 @@ def _plan_serving(name: str, m, cuda_total: int, policy: str, problems: list[Pro
     )
 
 
-def training_spec(job):
+def training_spec(job: Any) -> TrainingSpec:
     from .estimate import TrainingSpec
 
+    model = _shape(job.model)
+    assert model is not None, "a job estimated from its spec names its model"
     return TrainingSpec(
-        model=_shape(job.model), method=job.method, rank=job.rank, target=job.target, seq_len=job.seq_len,
+        model=model, method=job.method, rank=job.rank, target=job.target, seq_len=job.seq_len,
         micro_batch=job.micro_batch, dtype=job.dtype, gradient_checkpointing=job.gradient_checkpointing,
         attn=job.attn, loss=job.loss,
     )
 
 
-def _plan_training(job, problems: list[Problem]) -> TrainingPlan | None:
+def _plan_training(job: Any, problems: list[Problem]) -> TrainingPlan | None:
     from .estimate import estimate_training
 
     if not job.planned:
@@ -370,12 +378,12 @@ def _plan_training(job, problems: list[Problem]) -> TrainingPlan | None:
                         dict(est.components), est.phase)
 
 
-def has_budget(config) -> bool:
+def has_budget(config: HostConfig) -> bool:
     """Anything to budget on this host: served models or a planned training job."""
     return bool(config.vllm.enabled and config.vllm.models) or config.budget.training.planned
 
 
-def plan_host(host: str, config) -> HostPlan:
+def plan_host(host: str, config: HostConfig) -> HostPlan:
     """The budget of one host; ``problems`` holds inputs that prevent or spoil it (not the over-commit)."""
     total = config.node.memory_total_gib
     total_bytes = gib_bytes(total) if total is not None else None
@@ -450,7 +458,7 @@ def ways_out(plan: HostPlan) -> list[str]:
     assert training is not None
     rooms = [("as configured", total - fixed - training_phase.serving_bytes)]
     if plan.serving and plan.during_training != "stop":
-        def smallest(s) -> int:
+        def smallest(s: ServingPlan) -> int:
             if s.min_kv_bytes is not None:
                 return default_shared_kv(s.min_kv_bytes, s.kv_cache_memory_bytes)
             return s.shared_kv_cache_memory_bytes or s.kv_cache_memory_bytes
@@ -550,6 +558,7 @@ def budget_problems(plan: HostPlan) -> list[Problem]:
         f"earlyoom's SIGTERM line (or, without earlyoom, hang the node). Ways out: "
         + "; ".join(f"({i}) {w}" for i, w in enumerate(plan.ways_out, 1)) + "."
     )
+    value: int | float | list[str]  # what the Problem shows: the knob to turn
     if worst.name == "training" and plan.training:
         spec = plan.training.spec
         field_, value = (("budget.training.seq_len", spec.seq_len) if spec is not None
@@ -559,7 +568,7 @@ def budget_problems(plan: HostPlan) -> list[Problem]:
     return [Problem("", field_, value, message)]
 
 
-def host_problems(config) -> list[Problem]:
+def host_problems(config: HostConfig) -> list[Problem]:
     """Everything the budget refuses for one host: bad inputs, then the over-commit."""
     if not has_budget(config):
         return []

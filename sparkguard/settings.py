@@ -35,7 +35,7 @@ def is_secret(info: Any) -> bool:
     return isinstance(extra, dict) and bool(extra.get("secret"))
 
 
-def masked_dump(model: BaseModel, **dump: Any) -> dict:
+def masked_dump(model: BaseModel, **dump: Any) -> dict[str, Any]:
     """``model_dump(mode="json")`` with every secret setting (``secret=True``) that is set replaced by a placeholder.
 
     Whatever the node or a reviewer can read (node.json, renders, --json, errors) carries the
@@ -46,7 +46,7 @@ def masked_dump(model: BaseModel, **dump: Any) -> dict:
     return data
 
 
-def _mask(model: BaseModel, data: dict) -> None:
+def _mask(model: BaseModel, data: dict[str, Any]) -> None:
     for name, info in type(model).model_fields.items():
         if name not in data:
             continue

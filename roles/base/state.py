@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from sparkguard import __version__
 from sparkguard.layout import CONFIG_DIR, LIB_DIR, NODE_JSON, STATE_DIR, SYSCTL_CHECK, TEXTFILE_DIR
@@ -12,7 +13,7 @@ from sparkguard.state import DesiredState, Directory, ManagedFile
 from sparkguard.templating import render_template
 
 
-def node_document(ctx: RoleContext) -> dict:
+def node_document(ctx: RoleContext) -> dict[str, Any]:
     """The node's validated settings and budget inputs, as node-side tools read them.
 
     Connection settings stay on the operator's side: a node has no business

@@ -1,5 +1,6 @@
 """Role ``budget``: the node's memory budget, checked before anything starts (sparkguard plan)."""
 
+from sparkguard.hostconfig import HostConfig
 from sparkguard.planner import has_budget
 from sparkguard.role import Role
 
@@ -9,7 +10,7 @@ from .state import desired_state
 
 
 class _BudgetRole(Role):
-    def enabled(self, config) -> bool:
+    def enabled(self, config: HostConfig) -> bool:
         # Nothing to budget (no served model, no training job): no check, no file.
         return super().enabled(config) and has_budget(config)
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from sparkguard.errors import Problem
+from sparkguard.hostconfig import HostConfig
 from sparkguard.planner import host_problems
 
 
-def problems(config) -> Iterator[Problem]:
+def problems(config: HostConfig) -> Iterator[Problem]:
     yield from host_problems(config)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from typing import Any
 from urllib.parse import urlsplit
 
 _LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
@@ -58,7 +59,7 @@ def default_address(ssh_host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-def alertmanager_target(url: str) -> dict:
+def alertmanager_target(url: str) -> dict[str, Any]:
     """An Alertmanager base URL as Prometheus' alertmanager config wants it."""
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.netloc or parts.query or parts.fragment:

@@ -4,6 +4,7 @@ network metrics are off. Behind monitoring.web it asks through the node's own we
 from __future__ import annotations
 
 from sparkguard.auditing import AuditView, Check, q
+from sparkguard.hostconfig import HostConfig
 
 from . import web
 from .resolve import resolve
@@ -12,7 +13,7 @@ PLAIN_GET = ("python3 -c 'import sys,urllib.request as u; "
              "print(u.urlopen(sys.argv[1], timeout=3).read().decode())' ")
 
 
-def probe(config) -> list[str]:
+def probe(config: HostConfig) -> list[str]:
     where = resolve(config)
     auth = web.web_auth(config.monitoring)
     scheme = f"{auth.scheme}://"

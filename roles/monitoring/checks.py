@@ -5,13 +5,17 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Iterator
+from typing import Any
 
 from sparkguard.alerts import AlertThresholds, duration_seconds
 from sparkguard.errors import Problem
+from sparkguard.facts import NodeInfo
+from sparkguard.hostconfig import HostConfig
 
 from .addresses import alertmanager_target, check_url, default_address, split_host_port
 from .cadvisor import VALID_METRICS, unknown_metrics
 from .resolve import EARLYOOM_FIELDS, thresholds
+from .settings import MonitoringSettings, WebSettings
 
 _SIZE = re.compile(r"^[0-9]+(B|KB|MB|GB|TB|PB|EB)$")
 _IMAGE = re.compile(r"^[a-z0-9.-]+(:[0-9]+)?(/[a-z0-9._-]+)+(:[A-Za-z0-9._-]+|@sha256:[0-9a-f]{64})$")
@@ -21,8 +25,8 @@ WILDCARDS = frozenset({"0.0.0.0", "::"})
 _EMAIL = re.compile(r"^[^@\s\"']+@[^@\s\"']+$")
 
 
-def problems(config) -> Iterator[Problem]:
-    settings = config.monitoring
+def problems(config: HostConfig) -> Iterator[Problem]:
+    settings: MonitoringSettings = config.monitoring
     yield from _addresses(config)
     for field in ("prometheus.scrape_interval", "prometheus.evaluation_interval", "prometheus.retention_time",
                   "cadvisor.housekeeping_interval", "alertmanager.group_wait", "alertmanager.repeat_interval"):
@@ -57,15 +61,15 @@ def problems(config) -> Iterator[Problem]:
     yield from _thresholds(config)
 
 
-def _get(settings, dotted: str):
-    value = settings
+def _get(settings: MonitoringSettings, dotted: str) -> Any:
+    value: Any = settings
     for part in dotted.split("."):
         value = getattr(value, part)
     return value
 
 
-def _addresses(config) -> Iterator[Problem]:
-    settings = config.monitoring
+def _addresses(config: HostConfig) -> Iterator[Problem]:
+    settings: MonitoringSettings = config.monitoring
     for block in ("node_exporter", "prometheus", "cadvisor", "alertmanager"):
         value = getattr(settings, block).listen_address
         shown = value or default_address(config.ssh_host, 1)
@@ -89,7 +93,7 @@ def _addresses(config) -> Iterator[Problem]:
                               f"{error}; a scrape target is HOST:PORT, e.g. 192.0.2.11:8000")
 
 
-def _rule_problem(rule: dict) -> str | None:
+def _rule_problem(rule: dict[str, Any]) -> str | None:
     kinds = [k for k in ("alert", "record") if k in rule]
     if len(kinds) != 1:
         return "a rule needs exactly one of 'alert' or 'record'"
@@ -107,7 +111,7 @@ def _rule_problem(rule: dict) -> str | None:
     return None
 
 
-def _alerting(settings) -> Iterator[Problem]:
+def _alerting(settings: MonitoringSettings) -> Iterator[Problem]:
     am = settings.alertmanager
     if am.webhook_url:
         try:
@@ -144,8 +148,8 @@ def _alerting(settings) -> Iterator[Problem]:
             yield Problem("", f"monitoring.alertmanager.external_urls[{index}]", url, str(error))
 
 
-def _thresholds(config) -> Iterator[Problem]:
-    overrides = config.monitoring.alerts.overrides
+def _thresholds(config: HostConfig) -> Iterator[Problem]:
+    overrides: dict[str, Any] = config.monitoring.alerts.overrides
     known = {f.name for f in dataclasses.fields(AlertThresholds)}
     bad = False
     for key in overrides:
@@ -165,7 +169,7 @@ def _thresholds(config) -> Iterator[Problem]:
         yield Problem("", "monitoring.alerts.overrides", dict(overrides), str(error))
 
 
-def _web(web_settings) -> Iterator[Problem]:
+def _web(web_settings: WebSettings) -> Iterator[Problem]:
     """Which web-auth settings belong together; the secrets themselves are read on apply (preflight)."""
     prefix = "monitoring.web."
     user, env, file = (web_settings.basic_auth_user, web_settings.basic_auth_password_env,
@@ -188,13 +192,13 @@ def _web(web_settings) -> Iterator[Problem]:
             yield Problem("", prefix + field, value, "must be an absolute or ~ path on the operator's machine")
 
 
-def preflight(config, info) -> Iterator[Problem]:
+def preflight(config: HostConfig, info: NodeInfo) -> Iterator[Problem]:
     """On apply only: the web-auth secrets and PEM files are there, on the operator's machine, and usable."""
     from sparkguard.secrets import source_words
 
     from .web import web_auth
 
-    web_settings = config.monitoring.web
+    web_settings: WebSettings = config.monitoring.web
     auth = web_auth(config.monitoring)
     if auth.user:
         source = source_words(web_settings.basic_auth_password_env, web_settings.basic_auth_password_file)

@@ -6,6 +6,7 @@ datasource by uid, so the JSON loads through file provisioning as it is.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from sparkguard.alerts import AlertThresholds
 
@@ -14,12 +15,12 @@ DASHBOARD_UID = "sparkguard-node-memory-truth"
 DS = {"type": "prometheus", "uid": DATASOURCE_UID}
 
 
-def _target(expr: str, legend: str, ref: str) -> dict:
+def _target(expr: str, legend: str, ref: str) -> dict[str, Any]:
     return {"datasource": DS, "expr": expr, "legendFormat": legend, "refId": ref}
 
 
 def _panel(pid: int, title: str, targets: list[tuple[str, str]], unit: str, x: int, y: int,
-           description: str, w: int = 12, h: int = 8) -> dict:
+           description: str, w: int = 12, h: int = 8) -> dict[str, Any]:
     return {
         "id": pid,
         "type": "timeseries",
@@ -33,7 +34,7 @@ def _panel(pid: int, title: str, targets: list[tuple[str, str]], unit: str, x: i
     }
 
 
-def dashboard(t: AlertThresholds) -> dict:
+def dashboard(t: AlertThresholds) -> dict[str, Any]:
     job = f'job="{t.node_job}",instance=~"$instance"'
     avail = f"node_memory_MemAvailable_bytes{{{job}}}"
     total = f"node_memory_MemTotal_bytes{{{job}}}"

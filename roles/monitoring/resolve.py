@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sparkguard.alerts import AlertThresholds
+from sparkguard.hostconfig import HostConfig
 
 from .addresses import default_address
 from .settings import MonitoringSettings
@@ -34,7 +35,7 @@ class Resolved:
     grafana_url: str
 
 
-def resolve(config) -> Resolved:
+def resolve(config: HostConfig) -> Resolved:
     settings: MonitoringSettings = config.monitoring
     ssh_host = config.ssh_host
 
@@ -61,7 +62,7 @@ def resolve(config) -> Resolved:
     )
 
 
-def thresholds(config) -> AlertThresholds:
+def thresholds(config: HostConfig) -> AlertThresholds:
     """The alert thresholds: earlyoom's lines plus the monitoring overrides (may raise ValueError/TypeError)."""
     overrides = {k: v for k, v in config.monitoring.alerts.overrides.items()}
     return AlertThresholds.from_earlyoom(config.earlyoom, **overrides)

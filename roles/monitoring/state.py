@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import yaml
 
 from sparkguard import layout
@@ -48,8 +50,9 @@ CADVISOR_CHECK = ("command -v docker >/dev/null || { echo 'sparkguard: monitorin
                   " exit 1; }; systemd-analyze verify {path}")
 
 
-def _yaml(document: dict) -> str:
-    return HEADER + yaml.safe_dump(document, sort_keys=False, default_flow_style=False, width=120)
+def _yaml(document: dict[str, Any]) -> str:
+    text: str = yaml.safe_dump(document, sort_keys=False, default_flow_style=False, width=120)
+    return HEADER + text
 
 
 def unit_include_regex(patterns: tuple[str, ...]) -> str:
@@ -87,14 +90,14 @@ def prometheus_args(listen: str, settings: MonitoringSettings, auth: web.WebAuth
     ]
 
 
-def prometheus_config(ctx: RoleContext) -> dict:
+def prometheus_config(ctx: RoleContext) -> dict[str, Any]:
     settings: MonitoringSettings = ctx.settings("monitoring")
     where = resolve(ctx.config)
     # node_exporter, Prometheus and the local Alertmanager sit behind the same web auth; cAdvisor and
     # vLLM do not (they have no web config), so their jobs stay plain.
     client = web.client_config(web.web_auth(settings))
     rule_files = [ALERT_RULES] + ([SITE_RULES] if settings.prometheus.extra_rules else [])
-    config: dict = {
+    config: dict[str, Any] = {
         "global": {
             "scrape_interval": settings.prometheus.scrape_interval,
             "evaluation_interval": settings.prometheus.evaluation_interval,
@@ -132,15 +135,15 @@ def site_rules(settings: MonitoringSettings) -> str:
     return _yaml({"groups": [{"name": "site", "rules": rules}]})
 
 
-def alertmanager_config(settings: MonitoringSettings) -> dict:
+def alertmanager_config(settings: MonitoringSettings) -> dict[str, Any]:
     am = settings.alertmanager
-    receiver: dict = {"name": "sparkguard"}
+    receiver: dict[str, Any] = {"name": "sparkguard"}
     if am.webhook_url:
         receiver["webhook_configs"] = [{"url": am.webhook_url, "send_resolved": True}]
     if am.email_to:
         receiver["email_configs"] = [{"to": am.email_to, "from": am.email_from, "smarthost": am.email_smarthost,
                                       "send_resolved": True}]
-    heartbeat: dict = {"name": "heartbeat"}
+    heartbeat: dict[str, Any] = {"name": "heartbeat"}
     if am.heartbeat_url:
         heartbeat["webhook_configs"] = [{"url": am.heartbeat_url, "send_resolved": False}]
     return {
@@ -197,7 +200,7 @@ def web_state(auth: web.WebAuth, host: str, settings: MonitoringSettings) -> lis
 
 def grafana_files(ctx: RoleContext) -> tuple[ManagedFile, ...]:
     where = resolve(ctx.config)
-    source: dict = {
+    source: dict[str, Any] = {
         "name": "sparkguard Prometheus", "type": "prometheus", "uid": DATASOURCE_UID, "access": "proxy",
         "url": where.grafana_url, "isDefault": True, "editable": False,
     }

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from sparkguard.hostconfig import HostConfig
+
 from .resolve import resolve
 
 
-def unwatched(configs: dict) -> Iterable[str]:
+def unwatched(configs: dict[str, HostConfig]) -> Iterable[str]:
     """One paragraph per monitored node that no other Prometheus in the inventory scrapes."""
     monitored = {name: cfg for name, cfg in configs.items() if cfg.monitoring.enabled}
     scrapers = {name: set(resolve(cfg).node_targets) for name, cfg in monitored.items()

@@ -14,12 +14,15 @@ from __future__ import annotations
 import base64
 import hashlib
 from dataclasses import dataclass
+from typing import Any
 
 import bcrypt
 import yaml
 
 from sparkguard.layout import CONFIG_DIR, LIB_DIR, dropin_path
 from sparkguard.secrets import read_secret
+
+from .settings import MonitoringSettings
 
 WEB_DIR = f"{CONFIG_DIR}/web"
 WEB_CONFIG = f"{WEB_DIR}/web.yml"
@@ -70,7 +73,7 @@ def read_pem(path: str | None) -> str | None:
     return read_secret(None, path, MAX_PEM_BYTES) if path else None
 
 
-def web_auth(settings) -> WebAuth:
+def web_auth(settings: MonitoringSettings) -> WebAuth:
     web = settings.web
     password = read_secret(web.basic_auth_password_env, web.basic_auth_password_file) if web.basic_auth_user else None
     cert = read_pem(web.tls_cert_file)
@@ -87,12 +90,13 @@ def password_hash(password: str, host: str, user: str) -> str:
 
 
 def web_config(auth: WebAuth, host: str) -> str:
-    document: dict = {}
+    document: dict[str, Any] = {}
     if auth.tls:
         document["tls_server_config"] = {"cert_file": "tls.crt", "key_file": "tls.key", "min_version": "TLS12"}
     if auth.user:
         document["basic_auth_users"] = {auth.user: password_hash(auth.password or "", host, auth.user)}
-    return yaml.safe_dump(document, sort_keys=False)
+    text: str = yaml.safe_dump(document, sort_keys=False)
+    return text
 
 
 def credentials_dropin(auth: WebAuth, password: bool) -> str:
@@ -110,9 +114,9 @@ def credential(unit: str, name: str) -> str:
     return f"/run/credentials/{unit}/{name}"
 
 
-def client_config(auth: WebAuth, unit: str = "prometheus.service") -> dict:
+def client_config(auth: WebAuth, unit: str = "prometheus.service") -> dict[str, Any]:
     """How Prometheus reaches a target or an Alertmanager behind this auth (scrape/alerting config keys)."""
-    config: dict = {}
+    config: dict[str, Any] = {}
     if auth.tls:
         config["scheme"] = "https"
         config["tls_config"] = {"ca_file": CA}

@@ -4,13 +4,14 @@ reboot, sshd's memory is protected, and this boot has a verdict on how the previ
 from __future__ import annotations
 
 from sparkguard.auditing import AuditView, Check, q, usec
+from sparkguard.hostconfig import HostConfig
 
 from .state import BOOT_VERDICT
 
 SSH_CGROUP = "/sys/fs/cgroup/system.slice/ssh.service"
 
 
-def probe(config) -> list[str]:
+def probe(config: HostConfig) -> list[str]:
     return [
         "r wd_runtime \"$(mp RuntimeWatchdogUSec)\"",
         "r wd_reboot \"$(mp RebootWatchdogUSec)\"",

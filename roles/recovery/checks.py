@@ -5,11 +5,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from sparkguard.errors import Problem
+from sparkguard.hostconfig import HostConfig
+
+from .settings import RecoverySettings
 
 
-def problems(config) -> Iterator[Problem]:
-    sysctl = config.recovery.sysctl
-    if not (config.recovery.enabled and sysctl.enabled):
+def problems(config: HostConfig) -> Iterator[Problem]:
+    recovery: RecoverySettings = config.recovery
+    sysctl = recovery.sysctl
+    if not (recovery.enabled and sysctl.enabled):
         return
     for field in ("panic_on_oops", "hung_task_panic"):
         if getattr(sysctl, field) and sysctl.panic_reboot_s == 0:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from sparkguard.auditing import AuditView, Check, file_problem, q, short
+from sparkguard.hostconfig import HostConfig
 
 from .state import VLLM_CONFIG_DIR
 
 
-def probe(config) -> list[str]:
+def probe(config: HostConfig) -> list[str]:
     return [f"for y in {q(VLLM_CONFIG_DIR)}/*.yaml; do [ -e \"$y\" ] && f @@V \"$y\"; done"]
 
 

@@ -6,11 +6,14 @@ import re
 from collections.abc import Iterator
 
 from sparkguard.errors import Problem
+from sparkguard.facts import NodeInfo
+from sparkguard.hostconfig import HostConfig
 from sparkguard.planner import plan_host
 from sparkguard.secrets import read_secret, source_words
 
 from .images import ARM64_MACHINES, default_image, missing_image_reason
 from .options import SECRET_OPTIONS, option_problem
+from .settings import VllmSettings
 
 # Secret settings: (what, the env-variable field, the file field); both read on the operator's machine.
 SECRETS = (("Hugging Face token", "hf_token_env", "hf_token_file"), ("vLLM API key", "api_key_env", "api_key_file"))
@@ -35,8 +38,8 @@ def system_directory(path: str) -> bool:
     return normal in SYSTEM_DIRECTORIES or normal.startswith(SYSTEM_TREES)
 
 
-def problems(config) -> Iterator[Problem]:
-    settings = config.vllm
+def problems(config: HostConfig) -> Iterator[Problem]:
+    settings: VllmSettings = config.vllm
     if not settings.models:
         return
     ports: dict[int, str] = {}
@@ -78,9 +81,9 @@ def problems(config) -> Iterator[Problem]:
     yield from plan_host("", config).problems
 
 
-def preflight(config, info) -> Iterator[Problem]:
+def preflight(config: HostConfig, info: NodeInfo) -> Iterator[Problem]:
     """On apply only: an image that runs on the node's architecture; a readable, env-file-safe token."""
-    settings = config.vllm
+    settings: VllmSettings = config.vllm
     if (settings.models and settings.runtime == "docker" and settings.image is None
             and info.arch in ARM64_MACHINES):
         yield Problem("", "vllm.image", None, missing_image_reason(f"this {info.arch} node (device profile "

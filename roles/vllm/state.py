@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import yaml
 
 from sparkguard.layout import (
@@ -72,8 +74,8 @@ def env_file(name: str, settings: VllmSettings) -> str:
 
 
 def vllm_options(name: str, model: ServedModel, served: ServingPlan, settings: VllmSettings,
-                 shared: bool) -> dict:
-    options: dict = {
+                 shared: bool) -> dict[str, Any]:
+    options: dict[str, Any] = {
         "model": model.model,
         "served-model-name": name,
         "host": settings.listen,

@@ -207,7 +207,7 @@ PRESETS = {
 # --- Hugging Face config.json ------------------------------------------------
 
 
-def _field(text: dict, *names: str, default: Any = None) -> Any:
+def _field(text: dict[str, Any], *names: str, default: Any = None) -> Any:
     """The first of several spellings a config family uses for the same thing."""
     for name in names:
         if text.get(name) is not None:
@@ -215,7 +215,7 @@ def _field(text: dict, *names: str, default: Any = None) -> Any:
     return default
 
 
-def _sliding_flags(text: dict, count: int) -> tuple[bool, ...]:
+def _sliding_flags(text: dict[str, Any], count: int) -> tuple[bool, ...]:
     """Which layers slide. Explicit ``layer_types`` wins; otherwise each family's default."""
     types = text.get("layer_types")
     if types:
@@ -235,7 +235,7 @@ def _sliding_flags(text: dict, count: int) -> tuple[bool, ...]:
     return (True,) * count  # Mistral-style: every layer slides
 
 
-def _moe(text: dict) -> MoE | None:
+def _moe(text: dict[str, Any]) -> MoE | None:
     experts = _field(text, "num_experts", "num_local_experts", "n_routed_experts")
     if not experts or text.get("enable_moe_block") is False:
         return None
@@ -244,7 +244,7 @@ def _moe(text: dict) -> MoE | None:
     return MoE(int(experts), int(top_k), int(width))
 
 
-def from_hf_config(config: dict, name: str = "config.json") -> Architecture:
+def from_hf_config(config: dict[str, Any], name: str = "config.json") -> Architecture:
     """Build an :class:`Architecture` from a parsed HF ``config.json``.
 
     Multimodal checkpoints (Gemma 3/4) keep the language model under

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field, replace
+from typing import Any
 
 from ..errors import ConfigError, Problem
 from .models import Architecture, Layer
@@ -61,7 +62,7 @@ class TrainingSpec:
     attn: str = "sdpa"
     loss: str = "standard"
 
-    def with_(self, **changes) -> TrainingSpec:
+    def with_(self, **changes: Any) -> TrainingSpec:
         return replace(self, **changes)
 
     @property
@@ -72,7 +73,7 @@ class TrainingSpec:
     def dtype_bytes(self) -> int:
         return DTYPE_BYTES[self.dtype]
 
-    def inputs(self) -> dict:
+    def inputs(self) -> dict[str, Any]:
         out = {k: v for k, v in asdict(self).items() if k != "model"}
         out["model"] = self.model.name
         return out
@@ -103,7 +104,7 @@ class Estimate:
     def formulas(self) -> dict[str, str]:
         return {name: term.formula for name, term in self.terms.items()}
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         model = self.spec.model
         return {
             "peak_bytes": self.peak_bytes,
@@ -126,7 +127,7 @@ def validate(spec: TrainingSpec) -> None:
     """Reject what cannot be estimated, naming the CLI flag, all problems at once."""
     problems = []
 
-    def check(ok: bool, flag: str, value, allowed: str) -> None:
+    def check(ok: bool, flag: str, value: Any, allowed: str) -> None:
         if not ok:
             problems.append(Problem(host="", field=flag, value=value, allowed=allowed))
 

@@ -56,3 +56,22 @@ def test_the_product_imports_nothing_from_tests():
     offenders = {str(p.relative_to(REPO)): sorted(m for m in imports(p) if m == "tests" or m.startswith("tests."))
                  for folder in ("sparkguard", "roles", "deploy") for p in modules(folder)}
     assert {p: m for p, m in offenders.items() if m} == {}
+
+
+def test_every_product_module_is_held_to_the_strict_type_flags():
+    """A new module must be added to one of pyproject.toml's strict mypy overrides (the test command runs mypy)."""
+    import tomllib
+
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["mypy"]
+    patterns = [p for override in config["overrides"] if override.get("disallow_untyped_defs")
+                for p in override["module"]]
+
+    def covered(name: str) -> bool:
+        return any(name == p or (p.endswith(".*") and (name == p[:-2] or name.startswith(p[:-1]))) for p in patterns)
+
+    names = []
+    for folder in ("sparkguard", "roles"):
+        for path in modules(folder):
+            parts = list(path.relative_to(REPO).with_suffix("").parts)
+            names.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    assert [n for n in names if not covered(n)] == []

@@ -6,8 +6,15 @@ import hashlib
 
 import pytest
 
-from sparkguard.operations import (CommandSucceeds, ManagedFilesState, ManagedFileState, UnitFileState, ensure,
-                                   managed_file, unit_masked)
+from sparkguard.operations import (
+    CommandSucceeds,
+    ManagedFilesState,
+    ManagedFileState,
+    UnitFileState,
+    ensure,
+    managed_file,
+    unit_masked,
+)
 from tests.unit.operations_harness import commands, node
 
 CONTENT = "EARLYOOM_ARGS=-m 10,5\n"
