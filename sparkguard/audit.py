@@ -34,7 +34,7 @@ from .auditing import AuditView, Check, ProbeOutput, ensure_key, file_problem, s
 from .errors import ConfigError, Problem
 from .facts import PROBE, NodeInfo, parse_probe
 from .inventory import Inventory, InventoryHost
-from .operations import PENDING_DIR, STAGE_DIR, UPLOAD_DIR
+from .operations import PENDING_DIR, STAGE_DIR, UPLOAD_DIR, MatchingFiles, TemplateUnits, instances_of
 from .render import host_states
 from .runner import ConnectErrors, connect_hosts, explain_connect_error, quiet_pyinfra
 from .state import DesiredState, Service
@@ -133,6 +133,10 @@ def build_probe(entry: InventoryHost, states: list[DesiredState]) -> str:
             lines.append(f"ed {_q(f'{state.role}.{index}')} {_q(edit.path)}")
         for index, item in enumerate(state.ensures):
             lines.append(f"ck {_q(ensure_key(state, index))} {_q(item.check)}")
+        for index, absent in enumerate(state.absent_files):
+            lines.append(f"r {_q(f'absent_files.{state.role}.{index}')} \"$({MatchingFiles().command(absent.globs)})\"")
+        for index, gone in enumerate(state.absent_instances):
+            lines.append(f"r {_q(f'absent_units.{state.role}.{index}')} \"$({TemplateUnits().command(gone.template)})\"")
     roles = {s.role for s in states}
     lines = list(dict.fromkeys(lines))  # variants of one role share most lines (probe_states)
     stages = " ".join(_q(f"{d}/{STAGE_DIR}") for d in sorted({m.path.rsplit("/", 1)[0] for s in states for m in s.files}))
@@ -208,6 +212,18 @@ def _service_problem(service: Service, seen: tuple[str, str] | None) -> str | No
     return None
 
 
+def _left_behind(state: DesiredState, rt: dict[str, str]) -> list[str]:
+    """Files and unit instances on the node that the state's Absent* entries say must go."""
+    own = {f.path for f in state.files}
+    left = []
+    for index, _ in enumerate(state.absent_files):
+        left += [p for p in rt.get(f"absent_files.{state.role}.{index}", "").split() if p not in own]
+    for index, gone in enumerate(state.absent_instances):
+        units = rt.get(f"absent_units.{state.role}.{index}", "").split()
+        left += [gone.template.format(n) for n in instances_of(gone.template, units) if n not in gone.keep]
+    return left
+
+
 def evaluate(entry: InventoryHost, states: list[DesiredState], probe: ProbeOutput) -> list[Check]:
     """Every check of one host, from its desired states and what the probe saw."""
     audit = HostAudit(entry.name)
@@ -253,6 +269,10 @@ def evaluate(entry: InventoryHost, states: list[DesiredState], probe: ProbeOutpu
         for index, item in enumerate(state.ensures):
             ok = probe.ensures.get(ensure_key(state, index), False)
             add(f"{state.role}: {item.description}", ok, "holds", "holds" if ok else "does not hold")
+        if state.absent_files or state.absent_instances:
+            left = _left_behind(state, rt)
+            add(f"{state.role}: nothing left that it no longer has", not left,
+                "no file or instance the inventory dropped", short(left) if left else "none")
 
     # sshd: the listener is spared, sessions (and the jobs started in them) are not.
     listener = rt.get("ssh_listener_adj", "")

@@ -32,7 +32,10 @@ from .operations import (
     Leftovers,
     ManagedFilesState,
     ManagedFileState,
+    MatchingFiles,
+    TemplateUnits,
     ensure,
+    instances_of,
     leftovers_removed,
     managed_file,
     pending_marker,
@@ -40,7 +43,7 @@ from .operations import (
     unit_masked,
 )
 from .role import NodeProfile, Role, RoleContext
-from .state import DesiredState, FileEdit, ManagedFile
+from .state import DesiredState, FileEdit, ManagedFile, is_systemd_unit_path
 
 MEMORY_TOLERANCE = 0.02
 
@@ -167,8 +170,10 @@ def converge(state: DesiredState) -> None:
                         user=directory.owner, group=directory.group)
     file_ops.update({m.path: _install_file(state, m, known) for m in state.files if not m.before_packages})
     edit_ops = _apply_edits(state)
+    removed = _converge_absent(state)
     reload_triggers = [op for path, op in file_ops.items() if state.file(path).is_systemd_unit]
     reload_triggers += [op for edit, op in edit_ops if edit.path == "/etc/fstab"]
+    reload_triggers += [op for path, op in removed.items() if is_systemd_unit_path(path)]
     if reload_triggers or DAEMON_RELOAD in pending:
         service_action(name=f"{state.role}: systemd daemon-reload", service="", action="daemon-reload",
                        marker=DAEMON_RELOAD, _if=_changed_or_pending(reload_triggers, DAEMON_RELOAD in pending))
@@ -220,6 +225,27 @@ def _apply_edits(state: DesiredState) -> list[tuple[FileEdit, OperationMeta]]:
             pending=(DAEMON_RELOAD,) if edit.path == "/etc/fstab" else (),
         )))
     return applied
+
+
+def _converge_absent(state: DesiredState) -> dict[str, OperationMeta]:
+    """Stop instances and remove files the desired state no longer has (pyinfra's own present=False)."""
+    for absent in state.absent_instances:
+        units = host.get_fact(TemplateUnits, template=absent.template) or []
+        for name in sorted(set(instances_of(absent.template, units)) - set(absent.keep)):
+            for template in (absent.template, *absent.companions):
+                systemd.service(name=f"{state.role}: stop {template.format(name)} ({absent.description})",
+                                service=template.format(name), running=False, enabled=False)
+            for path in absent.files:
+                files.file(name=f"{state.role}: remove {path.format(name)} ({absent.description})",
+                           path=path.format(name), present=False)
+    own = {f.path for f in state.files}
+    removed: dict[str, OperationMeta] = {}
+    for absent_files in state.absent_files:
+        for path in host.get_fact(MatchingFiles, globs=absent_files.globs) or []:
+            if path not in own and path not in removed:
+                removed[path] = files.file(name=f"{state.role}: remove {path} ({absent_files.description})",
+                                           path=path, present=False)
+    return removed
 
 
 def _converge_services(state: DesiredState, file_ops: dict[str, OperationMeta], pending: set[str]) -> None:

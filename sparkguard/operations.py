@@ -225,6 +225,58 @@ def service_action(service: str, action: str, marker: str) -> Commands:
     yield StringCommand("rm", "-f", shlex.quote(marker))
 
 
+class MatchingFiles(FactBase[list[str]]):
+    """Existing files matching shell globs (``*`` in the last component), e.g. ``/etc/sparkguard/vllm/*.yaml``.
+
+    Example::
+
+        host.get_fact(MatchingFiles, globs=("/etc/sparkguard/vllm/*.yaml", "/usr/local/lib/sparkguard/vllm-mode"))
+    """
+
+    def command(self, globs: tuple[str, ...]) -> str:
+        parts = []
+        for pattern in globs:
+            directory, name = posixpath.split(pattern)
+            parts.append(f"find {shlex.quote(directory)} -maxdepth 1 -mindepth 1 -name {shlex.quote(name)} "
+                         f"\\( -type f -o -type l \\) -print 2>/dev/null")
+        return "; ".join(parts) + "; true"
+
+    @staticmethod
+    def default() -> list[str]:
+        return []
+
+    def process(self, output: Iterable[str]) -> list[str]:
+        return sorted({line.strip() for line in output if line.strip()})
+
+
+class TemplateUnits(FactBase[list[str]]):
+    """Units of a template systemd knows about (loaded, active or failed); ``instances_of`` names the instances.
+
+    Example::
+
+        host.get_fact(TemplateUnits, template="sparkguard-vllm@{}.service")  # ["sparkguard-vllm@llama-8b.service"]
+    """
+
+    def command(self, template: str) -> str:
+        prefix, _, suffix = template.partition("{}")
+        return (f"systemctl list-units --all --plain --no-legend {shlex.quote(prefix + '*' + suffix)} 2>/dev/null "
+                f"| awk '{{ print $1 }}'; true")
+
+    @staticmethod
+    def default() -> list[str]:
+        return []
+
+    def process(self, output: Iterable[str]) -> list[str]:
+        return [line.strip() for line in output if line.strip()]
+
+
+def instances_of(template: str, units: Iterable[str]) -> list[str]:
+    """``llama-8b`` from ``sparkguard-vllm@llama-8b.service`` for the template ``sparkguard-vllm@{}.service``."""
+    prefix, _, suffix = template.partition("{}")
+    names = {u[len(prefix):len(u) - len(suffix)] for u in units if u.startswith(prefix) and u.endswith(suffix)}
+    return sorted(n for n in names if n)
+
+
 class FileText(FactBase[str | None]):
     """A text file's content, or None when it does not exist."""
 

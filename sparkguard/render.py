@@ -55,6 +55,9 @@ def _summary(states: list[DesiredState]) -> dict[str, Any]:
             "edits": [{"path": e.path, "edit": e.description, **({"validate": e.validate} if e.validate else {})}
                       for e in state.edits],
             "ensure": [{"state": e.description, "check": e.check, "fix": e.fix} for e in state.ensures],
+            "absent": [{"files": list(a.globs), "why": a.description} for a in state.absent_files]
+            + [{"instances_of": a.template, "keep": list(a.keep), "with": list(a.companions) + list(a.files),
+                "why": a.description} for a in state.absent_instances],
         }
         for state in states
     }

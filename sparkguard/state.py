@@ -34,7 +34,7 @@ class ManagedFile:
 
     @property
     def is_systemd_unit(self) -> bool:
-        return self.path.startswith(("/etc/systemd/", "/usr/lib/systemd/", "/lib/systemd/", "/usr/local/lib/systemd/"))
+        return is_systemd_unit_path(self.path)
 
 
 @dataclass(frozen=True)
@@ -91,6 +91,36 @@ class Ensure:
 
 
 @dataclass(frozen=True)
+class AbsentFiles:
+    """Files a role may once have installed that must go when its desired state no longer has them.
+
+    Every node file matching one of ``globs`` (``*`` in the last component only) that is not one of
+    the state's own files is removed: a model deleted from the inventory, a policy switched off. Only
+    the role's own paths belong in ``globs``.
+    """
+
+    description: str
+    globs: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class AbsentInstances:
+    """Instances of a unit template that must not run: each instance not in ``keep`` is stopped and disabled,
+    with its ``companions`` (other templates, same instance name) and its per-instance ``files``
+    (``{}`` is the instance name)."""
+
+    description: str
+    template: str          # "sparkguard-vllm@{}.service"
+    keep: tuple[str, ...]
+    companions: tuple[str, ...] = ()
+    files: tuple[str, ...] = ()
+
+
+def is_systemd_unit_path(path: str) -> bool:
+    return path.startswith(("/etc/systemd/", "/usr/lib/systemd/", "/lib/systemd/", "/usr/local/lib/systemd/"))
+
+
+@dataclass(frozen=True)
 class DesiredState:
     role: str
     packages: tuple[str, ...] = ()
@@ -100,6 +130,8 @@ class DesiredState:
     sysctls: dict[str, str] = field(default_factory=dict)
     edits: tuple[FileEdit, ...] = ()
     ensures: tuple[Ensure, ...] = ()
+    absent_files: tuple[AbsentFiles, ...] = ()
+    absent_instances: tuple[AbsentInstances, ...] = ()
 
     def file(self, path: str) -> ManagedFile:
         for managed in self.files:

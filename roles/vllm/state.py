@@ -19,7 +19,7 @@ from sparkguard.layout import (
 from sparkguard.planner import ServingPlan, fmt_gib, plan_host
 from sparkguard.role import RoleContext
 from sparkguard.secrets import read_secret
-from sparkguard.state import DesiredState, Directory, Ensure, ManagedFile, Service
+from sparkguard.state import AbsentFiles, AbsentInstances, DesiredState, Directory, ManagedFile, Service
 from sparkguard.templating import render_template, sandbox
 
 from .images import DOCKER_HUB_IMAGE, default_image
@@ -115,26 +115,29 @@ def config_file(name: str, model: ServedModel, served: ServingPlan, settings: Vl
     )
 
 
-def leftovers_removed(keep: list[str], files: list[ManagedFile]) -> Ensure:
-    """Stop vLLM instances the inventory no longer lists; remove role files it no longer asks for.
+def leftovers(keep: list[str]) -> dict[str, Any]:
+    """What must go: vLLM instances the inventory no longer lists, and role files it no longer asks for.
 
-    Without this, deleting a model from vllm.models would leave its server running on
-    memory the budget now gives to something else (the over-commit the budget exists
-    to prevent), and switching during_training to `keep` would leave drop-ins that
-    still stop servers during training. Only sparkguard's own vLLM paths are touched.
+    Without this, deleting a model from vllm.models would leave its server running on memory the
+    budget now gives to something else (the over-commit the budget exists to prevent), and switching
+    during_training to `keep` would leave drop-ins that still stop servers during training. Only
+    sparkguard's own vLLM paths and units are named.
     """
-    owned = (MODE_SCRIPT, FALLBACK_TARGET, unit_path(TRAINING_TEMPLATE))
-    names = dict(keep=sorted(keep), wanted=sorted(f.path for f in files), owned=owned, config_dir=VLLM_CONFIG_DIR,
-                 mode_dir=MODE_DIR, dropin_dir=f"{UNIT_DIR}/{TRAINING_TARGET}.d")
-    return Ensure("nothing left of removed vLLM instances or policies",
-                  check=render_template("vllm/leftovers.sh.j2", fix=False, **names),
-                  fix=render_template("vllm/leftovers.sh.j2", fix=True, **names))
+    return {
+        "absent_instances": (AbsentInstances(
+            "no longer in vllm.models", template=SERVICE_TEMPLATE.replace("@", "@{}", 1), keep=tuple(sorted(keep)),
+            companions=(TRAINING_TEMPLATE.replace("@", "@{}", 1),), files=(f"{MODE_DIR}/{{}}.mode",)),),
+        "absent_files": (AbsentFiles("no longer in the inventory", globs=(
+            f"{VLLM_CONFIG_DIR}/*.yaml", f"{VLLM_CONFIG_DIR}/*.env",
+            f"{UNIT_DIR}/{TRAINING_TARGET}.d/50-sparkguard-vllm-*.conf",
+            MODE_SCRIPT, FALLBACK_TARGET, unit_path(TRAINING_TEMPLATE))),),
+    }
 
 
 def desired_state(ctx: RoleContext) -> DesiredState:
     settings: VllmSettings = ctx.settings("vllm")
     if not settings.models:
-        return DesiredState(role="vllm", ensures=(leftovers_removed([], []),))
+        return DesiredState(role="vllm", **leftovers([]))
     plan = plan_host(ctx.host, ctx.config)
     served = {s.name: s for s in plan.serving}
     policy = settings.during_training
@@ -182,7 +185,7 @@ def desired_state(ctx: RoleContext) -> DesiredState:
     if settings.runtime == "docker":
         directories.append(Directory(settings.hf_cache_dir, mode="0700"))
     return DesiredState(role="vllm", directories=tuple(directories), files=tuple(files), services=tuple(services),
-                        ensures=(leftovers_removed(list(settings.models), files),))
+                        **leftovers(list(settings.models)))
 
 
 __all__ = ["desired_state", "service_name", "config_path", "env_path", "UNIT_DIR"]

@@ -95,3 +95,14 @@ def test_gpu_ranking_verdict_table():
     for raw, clock, ok, words in rows:
         verdict, actual = gpu_ranking_verdict(raw, clock)
         assert (verdict, words in actual) == (ok, True), (raw, clock, actual)
+
+
+def test_files_and_instances_the_inventory_dropped_are_named():
+    from sparkguard.audit import _left_behind
+
+    entry, states = example()
+    vllm = next(s for s in states if s.role == "vllm")
+    runtime = {"absent_files.vllm.0": "/etc/sparkguard/vllm/llama-8b.yaml /etc/sparkguard/vllm/old.yaml",
+               "absent_units.vllm.0": "sparkguard-vllm@llama-8b.service sparkguard-vllm@old.service"}
+    assert _left_behind(vllm, runtime) == ["/etc/sparkguard/vllm/old.yaml", "sparkguard-vllm@old.service"]
+    assert _left_behind(vllm, {"absent_files.vllm.0": "/etc/sparkguard/vllm/llama-8b.yaml"}) == []

@@ -109,3 +109,32 @@ def test_managed_files_state_fact_one_round_trip():
 ])
 def test_unit_file_state_fact(output, expected):
     assert UnitFileState().process(output) == expected
+
+
+def test_matching_files_fact_finds_files_and_links_by_glob(tmp_path):
+    import subprocess
+
+    from sparkguard.operations import MatchingFiles
+
+    (tmp_path / "vllm").mkdir()
+    for name in ("a.yaml", "b.yaml", "a.env", "notes.txt"):
+        (tmp_path / "vllm" / name).write_text("x")
+    (tmp_path / "vllm" / "c.yaml").symlink_to(tmp_path / "vllm" / "a.yaml")
+    (tmp_path / "vllm" / "d.yaml").mkdir()  # a directory is never removed as a file
+    (tmp_path / "mode").write_text("x")
+    globs = (f"{tmp_path}/vllm/*.yaml", f"{tmp_path}/mode", f"{tmp_path}/missing/*.conf", f"{tmp_path}/gone")
+    out = subprocess.run(["sh", "-c", MatchingFiles().command(globs)], capture_output=True, text=True, timeout=10)
+    assert out.returncode == 0
+    assert MatchingFiles().process(out.stdout.splitlines()) == sorted(
+        f"{tmp_path}/{p}" for p in ("vllm/a.yaml", "vllm/b.yaml", "vllm/c.yaml", "mode"))
+
+
+@pytest.mark.parametrize("units,expected", [
+    ([], []),
+    (["sparkguard-vllm@llama-8b.service", "sparkguard-vllm@qwen.service"], ["llama-8b", "qwen"]),
+    (["sparkguard-vllm@.service", "sparkguard-vllm-training@x.service", "other.service"], []),
+])
+def test_instances_of_a_template(units, expected):
+    from sparkguard.operations import instances_of
+
+    assert instances_of("sparkguard-vllm@{}.service", units) == expected
