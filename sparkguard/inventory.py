@@ -473,8 +473,17 @@ def role_problems(host: str, config: HostConfig, sources: dict[str, str], defaul
     ROLES = registry.roles()
 
     problems = []
+    by_name = {role.name: role for role in ROLES}
     for role in ROLES:
-        if role.checks is None or not role.enabled(config):
+        if not role.enabled(config):
+            continue
+        for needed in role.requires:
+            if needed in by_name and not by_name[needed].enabled(config):
+                field = f"{needed}.enabled"
+                problems.append(Problem(host, field, False, f"role {role.name} needs role {needed} ({role.requires_why}); "
+                                        f"enable {needed} or set {role.name}.enabled: false",
+                                        _source_for(field, sources) or default_source))
+        if role.checks is None:
             continue
         for problem in role.checks(config):
             source = problem.source or _source_for(problem.field, sources) or default_source

@@ -83,6 +83,9 @@ class Role:
     # sysctls and checks (sparkguard.auditing): shell lines added to the one probe, and their verdicts.
     audit_probe: Callable[[HostConfig], list[str]] | None = None
     audit_checks: Callable[[AuditView], list[Check]] | None = None
+    # Roles this one builds on (an enabled role whose requirement is disabled is exit 2), and why.
+    requires: tuple[str, ...] = ()
+    requires_why: str = ""
 
     def enabled(self, config: HostConfig) -> bool:
         return bool(getattr(getattr(config, self.name), "enabled", True))

@@ -6,7 +6,16 @@ import json
 from typing import Any
 
 from sparkguard import __version__
-from sparkguard.layout import CONFIG_DIR, LIB_DIR, NODE_JSON, STATE_DIR, SYSCTL_CHECK, TEXTFILE_DIR
+from sparkguard.layout import (
+    CONFIG_DIR,
+    LIB_DIR,
+    NODE_JSON,
+    STATE_DIR,
+    SYSCTL_CHECK,
+    TEXTFILE_DIR,
+    TRAINING_TARGET,
+    unit_path,
+)
 from sparkguard.role import RoleContext
 from sparkguard.settings import masked_dump
 from sparkguard.state import DesiredState, Directory, ManagedFile
@@ -48,5 +57,9 @@ def desired_state(ctx: RoleContext) -> DesiredState:
             ManagedFile(SYSCTL_CHECK, render_template("base/sysctl-check.sh"), mode="0755", validate="sh -n {path}"),
             ManagedFile(NODE_JSON, document, mode="0644",
                         validate="! command -v python3 >/dev/null || python3 -m json.tool {path} >/dev/null"),
+            # Training mode has one owner, here; roles swap and vllm add their part with drop-ins.
+            ManagedFile(unit_path(TRAINING_TARGET), render_template("base/training.target.j2",
+                                                                    training_target=TRAINING_TARGET),
+                        validate="systemd-analyze verify {path}"),
         ),
     )

@@ -34,8 +34,8 @@ NODE_METRICS_TIMER = "sparkguard-node-metrics.timer"
 NODE_METRICS_TEXTFILE = f"{TEXTFILE_DIR}/sparkguard_node.prom"
 CADVISOR_UNIT = "sparkguard-cadvisor.service"
 GRAFANA_DIR = f"{CONFIG_DIR}/grafana"
-# Built by role swap (sparkguard-train); absent on a node without it: training mode 0.
-TRAINING_TARGET = getattr(layout, "TRAINING_TARGET", "sparkguard-training.target")
+# Role base installs it; training mode 0 while it is inactive.
+TRAINING_TARGET = layout.TRAINING_TARGET
 GRAFANA_DATASOURCE = f"{GRAFANA_DIR}/provisioning/datasources/sparkguard.yml"
 GRAFANA_PROVIDER = f"{GRAFANA_DIR}/provisioning/dashboards/sparkguard.yml"
 GRAFANA_DASHBOARD = f"{GRAFANA_DIR}/dashboards/node-memory-truth.json"

@@ -18,6 +18,7 @@ from sparkguard.layout import (
     TRAINING_JOB_PREFIX,
     TRAINING_TARGET,
     VLLM_MODE_DIR,
+    dropin_path,
     unit_path,
 )
 from sparkguard.role import RoleContext
@@ -72,8 +73,8 @@ def desired_state(ctx: RoleContext) -> DesiredState:
         # killed launcher's job ended in one CI run of the qemu tests; kept as it was until that is understood.
         ManagedFile(unit_path(SWAPOFF_SERVICE), render_template("swap/swapoff.service.j2", **names),
                     validate="systemd-analyze verify {path}"),
-        ManagedFile(unit_path(TRAINING_TARGET), render_template("swap/training.target.j2", **names),
-                    validate="systemd-analyze verify {path}"),
+        ManagedFile(dropin_path(TRAINING_TARGET, "50-sparkguard-swap.conf"),
+                    render_template("swap/training-dropin.conf.j2", **names)),
         ManagedFile(SYSCTL_FILE, render_template("swap/sysctl.conf.j2", swappiness=settings.swappiness),
                     validate=f"{SYSCTL_CHECK} {{path}}"),
     )

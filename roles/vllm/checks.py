@@ -42,6 +42,11 @@ def problems(config: HostConfig) -> Iterator[Problem]:
     settings: VllmSettings = config.vllm
     if not settings.models:
         return
+    if settings.during_training != "keep" and not config.base.enabled:
+        # Explicit input from role base: it owns sparkguard-training.target, which these servers follow.
+        yield Problem("", "base.enabled", False, f"vllm.during_training: {settings.during_training} follows "
+                      f"sparkguard-training.target, which role base installs; enable base, or set "
+                      f"vllm.during_training: keep")
     ports: dict[int, str] = {}
     for name, model in sorted(settings.models.items()):
         base = f"vllm.models.{name}"

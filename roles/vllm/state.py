@@ -31,7 +31,7 @@ MODE_DIR = VLLM_MODE_DIR
 MODE_SCRIPT = f"{LIB_DIR}/vllm-mode"
 SERVICE_TEMPLATE = f"{SERVING_UNIT_PREFIX}.service"
 TRAINING_TEMPLATE = "sparkguard-vllm-training@.service"
-# Lower precedence than /etc/systemd/system: the swap role's target, when installed, wins.
+# Where earlier versions put a copy of the training target; role base owns it now, so it is removed.
 FALLBACK_TARGET = f"/usr/local/lib/systemd/system/{TRAINING_TARGET}"
 VERIFY_UNIT = (
     "d=$(mktemp -d) && cp {path} \"$d/%s\" && systemd-analyze verify \"$d/%s\"; rc=$?; rm -rf \"$d\"; exit $rc"
@@ -158,7 +158,6 @@ def desired_state(ctx: RoleContext) -> DesiredState:
         files += [
             ManagedFile(MODE_SCRIPT, render_template("vllm/mode.sh.j2", **common), mode="0755",
                         validate="sh -n {path}"),
-            ManagedFile(FALLBACK_TARGET, render_template("vllm/training.target.j2", **common)),
             # It only writes the mode files and asks systemd (AF_UNIX, as root) to restart or stop vLLM.
             ManagedFile(unit_path(TRAINING_TEMPLATE), render_template(
                 "vllm/training@.service.j2", sandbox=sandbox(("/run/sparkguard",), ""), **common),
