@@ -208,205 +208,282 @@ def _pct(value: float) -> str:
     return f"{value:g}"
 
 
-def _rules(t: AlertThresholds) -> list[dict[str, str]]:
-    job = f'job="{t.node_job}"'
-    avail = f"node_memory_MemAvailable_bytes{{{job}}}"
-    total = f"node_memory_MemTotal_bytes{{{job}}}"
-    term, kill, crit, warn = (_pct(x) for x in (t.term_percent, t.kill_percent, t.critical_percent, t.warn_percent))
-    lines = f"earlyoom SIGTERM at {term}%, SIGKILL at {kill}% of MemTotal"
-    unit_state = f'node_systemd_unit_state{{{job},name=~"{t.guard_units}",state="active"}}'
-    units = " / ".join(t.guard_units.split("|"))
-    journal = " ".join(f"-u {u}" for u in t.guard_units.split("|"))
-    kills = f"{t.earlyoom_kills_metric}{{{job}}}"
-    return [
-        {
-            "alert": "NodeMemoryAvailableLow",
-            "expr": f"100 * {avail} / {total} < {warn}",
-            "for": t.warn_for,
-            "severity": "warning",
-            "summary": f"{{{{ $labels.instance }}}}: available memory below {warn}% of MemTotal",
-            "description": (
-                f"MemAvailable on {{{{ $labels.instance }}}} is {{{{ $value | printf \"%.1f\" }}}}% of MemTotal "
-                f"({lines}). On a unified-memory node this is also the GPU's memory. Find what grew "
-                f"(`free -h`, `nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv`), "
-                f"shrink the training job (sequence length, batch, gradient checkpointing) or stop/shrink "
-                f"vLLM before earlyoom has to choose. Container memory metrics will look small: ignore them."
-            ),
-        },
-        {
-            "alert": "NodeMemoryAvailableCritical",
-            "expr": f"100 * {avail} / {total} < {crit}",
-            "for": t.critical_for,
-            "severity": "critical",
-            "summary": f"{{{{ $labels.instance }}}}: available memory within {_pct(t.critical_margin_percent)} "
-                       f"points of the earlyoom SIGTERM line",
-            "description": (
-                f"MemAvailable on {{{{ $labels.instance }}}} is {{{{ $value | printf \"%.1f\" }}}}% of MemTotal; "
-                f"{lines}. earlyoom is about to kill (the training job first, if it is marked). Act now: stop "
-                f"the training job yourself, cleanly, or free memory. If earlyoom is not running, the kernel "
-                f"will swap and hang instead: in the incident that cost 15 hours and a walk to the machine."
-            ),
-        },
-        {
-            "alert": "NodeMemoryExhaustionForecast",
-            "expr": (
-                f"predict_linear({avail}[{t.forecast_lookback}], {t.forecast_seconds})\n"
-                f"  < {total} * {term} / 100\n"
-                f"and\n"
-                f"100 * {avail} / {total} < {_pct(t.forecast_below_percent)}"
-            ),
-            "for": t.forecast_for,
-            "severity": "warning",
-            "summary": f"{{{{ $labels.instance }}}}: available memory will reach the earlyoom SIGTERM line "
-                       f"within {t.forecast_window}",
-            "description": (
-                f"At the rate of the last {t.forecast_lookback}, MemAvailable on {{{{ $labels.instance }}}} "
-                f"reaches {term}% of MemTotal (earlyoom's SIGTERM line) within {t.forecast_window}. "
-                f"This is the early warning: in the incident memory fell "
-                f"from 54 GB to 3.5 GB in 20 minutes after the model loaded. Check the training job's "
-                f"sequence length / batch and gradient checkpointing, and whether vLLM shares the node; stop "
-                f"or shrink one of them before earlyoom does it for you."
-            ),
-        },
-        {
-            "alert": "NodeSwapActivity",
-            "expr": (
-                f"rate(node_vmstat_pswpin{{{job}}}[{t.swap_rate_window}])\n"
-                f"  + rate(node_vmstat_pswpout{{{job}}}[{t.swap_rate_window}])\n"
-                f"> {_num(t.swap_activity_rate)}"
-            ),
-            "for": t.swap_for,
-            "severity": "warning",
-            "summary": "{{ $labels.instance }}: the node is swapping",
-            "description": (
-                f"{{{{ $labels.instance }}}} swaps more than {_num(t.swap_activity_rate)} pages/s (in + out, over "
-                f"{t.swap_rate_window}). On a "
-                f"unified-memory node swapping is how the incident's hang began: the machine crawls instead "
-                f"of an OOM kill, then stops answering. Free memory now, and turn swap off before training "
-                f"(`swapoff -a`); earlyoom then kills quickly instead."
-            ),
-        },
-        {
-            "alert": "NodeMemoryPressureStall",
-            "expr": (
-                f"rate(node_pressure_memory_stalled_seconds_total{{{job}}}[{t.psi_window}])\n"
-                f"> {_num(t.psi_full_threshold)}"
-            ),
-            "for": t.psi_for,
-            "severity": "warning",
-            "summary": "{{ $labels.instance }}: tasks are stalled on memory (PSI full)",
-            "description": (
-                f"All non-idle tasks on {{{{ $labels.instance }}}} were stalled waiting for memory more than "
-                f"{_pct(t.psi_full_threshold * 100)}% of the time over {t.psi_window} (PSI memory full). "
-                f"The kernel is reclaiming or swapping hard; the node may "
-                f"stop responding (SSH included). Free memory or stop the largest job now."
-            ),
-        },
-        {
-            "alert": "EarlyoomDown",
-            "expr": (
-                f"up{{{job}}} == 1\n"
-                f"unless on(instance)\n"
-                f"{unit_state} == 1"
-            ),
-            "for": t.earlyoom_down_for,
-            "severity": "critical",
-            "summary": "{{ $labels.instance }}: the low-memory guard (earlyoom or nohang) is not running",
-            "description": (
-                f"Neither {units} is active on {{{{ $labels.instance }}}} (or node_exporter's systemd "
-                f"collector does not report them; sparkguard_guard_info says which guard the node should run). "
-                f"Without its guard nothing kills a runaway job before the kernel swaps and hangs. "
-                f"`systemctl status {units.split(' / ')[0]}`, `journalctl {journal}` (earlyoom 1.7 exits with "
-                f"code 13 on --ignore / --sort-by-rss; nohang refuses an invalid config), then rerun sparkguard apply."
-            ),
-        },
-        {
-            "alert": "EarlyoomKilledProcess",
-            "expr": (
-                f"increase({kills}[{t.earlyoom_kill_window}]) > 0\n"
-                f"or\n"
-                f"(\n"
-                f"  {kills}\n"
-                f"    unless {kills} offset {t.earlyoom_kill_window}\n"
-                f")\n"
-                f"and on(instance)\n"
-                f"up{{{job}}} offset {t.earlyoom_kill_window} == 1\n"
-                f"or on(instance)\n"
-                f"increase({t.earlyoom_kills_all_metric}{{{job}}}[{t.earlyoom_kill_window}]) > 0"
-            ),
-            "for": "",
-            "severity": "warning",
-            "summary": f"{{{{ $labels.instance }}}}: the low-memory guard killed {{{{ $labels.{t.earlyoom_victim_label} }}}}",
-            "description": (
-                f"The low-memory guard (earlyoom or nohang) killed {{{{ $labels.{t.earlyoom_victim_label} }}}} on "
-                f"{{{{ $labels.instance }}}} in the last {t.earlyoom_kill_window} because MemAvailable fell to {term}% "
-                f"of MemTotal. The node survived; the job did not. `journalctl -t sparkguard-earlyoom {journal}` "
-                f"names the pid. Fix the "
-                f"configuration (sequence length, batch, gradient checkpointing, vLLM's share) before "
-                f"restarting the job, or it will happen again."
-            ),
-        },
-        {
-            "alert": "SwapOnDuringTraining",
-            "expr": (
-                f"{t.training_mode_metric}{{{job}}} == 1\n"
-                f"and on(instance)\n"
-                f"node_memory_SwapTotal_bytes{{{job}}} > 0\n"
-                f"unless on(instance)\n"
-                f"{t.swap_policy_metric}{{{job}}} == 1"
-            ),
-            "for": t.swap_on_training_for,
-            "severity": "warning",
-            "summary": "{{ $labels.instance }}: swap is on while the node is in training mode",
-            "description": (
-                "{{ $labels.instance }} is in training mode but has swap configured. With swap, running out "
-                "of memory turns into a crawl and a kernel hang (the incident) instead of a fast earlyoom "
-                "kill. Run `swapoff -a` before training, or end training mode."
-            ),
-        },
-        {
-            "alert": "MemoryOutsideCgroups",
-            "expr": f"{t.outside_cgroups_metric}{{{job}}} > {int(t.memory_outside_cgroups_bytes)}",
-            "for": t.outside_cgroups_for,
-            "severity": "info",
-            "summary": "{{ $labels.instance }}: {{ $value | humanize1024 }}B of used memory is outside "
-                       "every cgroup",
-            "description": (
-                "{{ $value | humanize1024 }}B of the memory in use on {{ $labels.instance }} "
-                "(MemTotal - MemAvailable) is not charged to any memory cgroup; on a unified-memory node that "
-                "is GPU-driver memory. Docker --memory, systemd MemoryMax= and container_memory_* do not see "
-                "it and cannot stop it: watch node_memory_MemAvailable_bytes, and rely on earlyoom."
-            ),
-        },
-        {
-            "alert": "NodeExporterDown",
-            "expr": f"up{{{job}}} == 0\nor\nabsent(up{{{job}}})",
-            "for": t.exporter_down_for,
-            "severity": "critical",
-            "summary": f"node_exporter '{{{{ $labels.instance }}}}' (job {t.node_job}) cannot be scraped",
-            "description": (
-                f"Prometheus cannot scrape job {t.node_job} target '{{{{ $labels.instance }}}}' (empty: the job has "
-                f"no targets at all). A "
-                f"unified-memory node that ran out of memory looks exactly like this: in the incident scraping "
-                f"stopped at 11:07 and the host needed a power cycle. Try SSH; if it does not answer, use the "
-                f"BMC / out-of-band console before walking to the machine."
-            ),
-        },
-        {
-            # The dead man's switch (the kube-prometheus "Watchdog" pattern): silence itself must page.
-            "alert": "Watchdog",
-            "expr": "vector(1)",
-            "for": "",
-            "severity": "info",
-            "summary": "the alerting pipeline is alive (always firing)",
-            "description": (
-                "Always firing, on purpose. Alertmanager sends it every minute to the heartbeat receiver "
-                "(monitoring.alertmanager.heartbeat_url: a dead man's switch such as healthchecks.io, or a peer). "
-                "When the heartbeats stop, this node's Prometheus or Alertmanager, or the node itself, is down: "
-                "a hung node cannot send its own NodeExporterDown."
-            ),
-        },
-    ]
+Rule = dict[str, str]
+
+
+@dataclass(frozen=True)
+class _Names:
+    """The PromQL selectors and the prose every rule shares, built once from the thresholds."""
+
+    job: str
+    avail: str
+    total: str
+    term: str
+    kill: str
+    crit: str
+    warn: str
+    lines: str
+    unit_state: str
+    units: str
+    journal: str
+    kills: str
+
+    @classmethod
+    def of(cls, t: AlertThresholds) -> _Names:
+        job = f'job="{t.node_job}"'
+        term, kill, crit, warn = (_pct(x) for x in (t.term_percent, t.kill_percent, t.critical_percent, t.warn_percent))
+        return cls(
+            job=job,
+            avail=f"node_memory_MemAvailable_bytes{{{job}}}",
+            total=f"node_memory_MemTotal_bytes{{{job}}}",
+            term=term, kill=kill, crit=crit, warn=warn,
+            lines=f"earlyoom SIGTERM at {term}%, SIGKILL at {kill}% of MemTotal",
+            unit_state=f'node_systemd_unit_state{{{job},name=~"{t.guard_units}",state="active"}}',
+            units=" / ".join(t.guard_units.split("|")),
+            journal=" ".join(f"-u {u}" for u in t.guard_units.split("|")),
+            kills=f"{t.earlyoom_kills_metric}{{{job}}}",
+        )
+
+
+def _node_memory_available_low(t: AlertThresholds, n: _Names) -> Rule:
+    return {
+        "alert": "NodeMemoryAvailableLow",
+        "expr": f"100 * {n.avail} / {n.total} < {n.warn}",
+        "for": t.warn_for,
+        "severity": "warning",
+        "summary": f"{{{{ $labels.instance }}}}: available memory below {n.warn}% of MemTotal",
+        "description": (
+            f"MemAvailable on {{{{ $labels.instance }}}} is {{{{ $value | printf \"%.1f\" }}}}% of MemTotal "
+            f"({n.lines}). On a unified-memory node this is also the GPU's memory. Find what grew "
+            f"(`free -h`, `nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv`), "
+            f"shrink the training job (sequence length, batch, gradient checkpointing) or stop/shrink "
+            f"vLLM before earlyoom has to choose. Container memory metrics will look small: ignore them."
+        ),
+    }
+
+
+def _node_memory_available_critical(t: AlertThresholds, n: _Names) -> Rule:
+    return {
+        "alert": "NodeMemoryAvailableCritical",
+        "expr": f"100 * {n.avail} / {n.total} < {n.crit}",
+        "for": t.critical_for,
+        "severity": "critical",
+        "summary": f"{{{{ $labels.instance }}}}: available memory within {_pct(t.critical_margin_percent)} "
+                   f"points of the earlyoom SIGTERM line",
+        "description": (
+            f"MemAvailable on {{{{ $labels.instance }}}} is {{{{ $value | printf \"%.1f\" }}}}% of MemTotal; "
+            f"{n.lines}. earlyoom is about to kill (the training job first, if it is marked). Act now: stop "
+            f"the training job yourself, cleanly, or free memory. If earlyoom is not running, the kernel "
+            f"will swap and hang instead: in the incident that cost 15 hours and a walk to the machine."
+        ),
+    }
+
+
+def _node_memory_exhaustion_forecast(t: AlertThresholds, n: _Names) -> Rule:
+    return {
+        "alert": "NodeMemoryExhaustionForecast",
+        "expr": (
+            f"predict_linear({n.avail}[{t.forecast_lookback}], {t.forecast_seconds})\n"
+            f"  < {n.total} * {n.term} / 100\n"
+            f"and\n"
+            f"100 * {n.avail} / {n.total} < {_pct(t.forecast_below_percent)}"
+        ),
+        "for": t.forecast_for,
+        "severity": "warning",
+        "summary": f"{{{{ $labels.instance }}}}: available memory will reach the earlyoom SIGTERM line "
+                   f"within {t.forecast_window}",
+        "description": (
+            f"At the rate of the last {t.forecast_lookback}, MemAvailable on {{{{ $labels.instance }}}} "
+            f"reaches {n.term}% of MemTotal (earlyoom's SIGTERM line) within {t.forecast_window}. "
+            f"This is the early warning: in the incident memory fell "
+            f"from 54 GB to 3.5 GB in 20 minutes after the model loaded. Check the training job's "
+            f"sequence length / batch and gradient checkpointing, and whether vLLM shares the node; stop "
+            f"or shrink one of them before earlyoom does it for you."
+        ),
+    }
+
+
+def _node_swap_activity(t: AlertThresholds, n: _Names) -> Rule:
+    return {
+        "alert": "NodeSwapActivity",
+        "expr": (
+            f"rate(node_vmstat_pswpin{{{n.job}}}[{t.swap_rate_window}])\n"
+            f"  + rate(node_vmstat_pswpout{{{n.job}}}[{t.swap_rate_window}])\n"
+            f"> {_num(t.swap_activity_rate)}"
+        ),
+        "for": t.swap_for,
+        "severity": "warning",
+        "summary": "{{ $labels.instance }}: the node is swapping",
+        "description": (
+            f"{{{{ $labels.instance }}}} swaps more than {_num(t.swap_activity_rate)} pages/s (in + out, over "
+            f"{t.swap_rate_window}). On a "
+            f"unified-memory node swapping is how the incident's hang began: the machine crawls instead "
+            f"of an OOM kill, then stops answering. Free memory now, and turn swap off before training "
+            f"(`swapoff -a`); earlyoom then kills quickly instead."
+        ),
+    }
+
+
+def _node_memory_pressure_stall(t: AlertThresholds, n: _Names) -> Rule:
+    return {
+        "alert": "NodeMemoryPressureStall",
+        "expr": (
+            f"rate(node_pressure_memory_stalled_seconds_total{{{n.job}}}[{t.psi_window}])\n"
+            f"> {_num(t.psi_full_threshold)}"
+        ),
+        "for": t.psi_for,
+        "severity": "warning",
+        "summary": "{{ $labels.instance }}: tasks are stalled on memory (PSI full)",
+        "description": (
+            f"All non-idle tasks on {{{{ $labels.instance }}}} were stalled waiting for memory more than "
+            f"{_pct(t.psi_full_threshold * 100)}% of the time over {t.psi_window} (PSI memory full). "
+            f"The kernel is reclaiming or swapping hard; the node may "
+            f"stop responding (SSH included). Free memory or stop the largest job now."
+        ),
+    }
+
+
+def _earlyoom_down(t: AlertThresholds, n: _Names) -> Rule:
+    return {
+        "alert": "EarlyoomDown",
+        "expr": (
+            f"up{{{n.job}}} == 1\n"
+            f"unless on(instance)\n"
+            f"{n.unit_state} == 1"
+        ),
+        "for": t.earlyoom_down_for,
+        "severity": "critical",
+        "summary": "{{ $labels.instance }}: the low-memory guard (earlyoom or nohang) is not running",
+        "description": (
+            f"Neither {n.units} is active on {{{{ $labels.instance }}}} (or node_exporter's systemd "
+            f"collector does not report them; sparkguard_guard_info says which guard the node should run). "
+            f"Without its guard nothing kills a runaway job before the kernel swaps and hangs. "
+            f"`systemctl status {n.units.split(' / ')[0]}`, `journalctl {n.journal}` (earlyoom 1.7 exits with "
+            f"code 13 on --ignore / --sort-by-rss; nohang refuses an invalid config), then rerun sparkguard apply."
+        ),
+    }
+
+
+def _earlyoom_killed_process(t: AlertThresholds, n: _Names) -> Rule:
+    return {
+        "alert": "EarlyoomKilledProcess",
+        "expr": (
+            f"increase({n.kills}[{t.earlyoom_kill_window}]) > 0\n"
+            f"or\n"
+            f"(\n"
+            f"  {n.kills}\n"
+            f"    unless {n.kills} offset {t.earlyoom_kill_window}\n"
+            f")\n"
+            f"and on(instance)\n"
+            f"up{{{n.job}}} offset {t.earlyoom_kill_window} == 1\n"
+            f"or on(instance)\n"
+            f"increase({t.earlyoom_kills_all_metric}{{{n.job}}}[{t.earlyoom_kill_window}]) > 0"
+        ),
+        "for": "",
+        "severity": "warning",
+        "summary": f"{{{{ $labels.instance }}}}: the low-memory guard killed {{{{ $labels.{t.earlyoom_victim_label} }}}}",
+        "description": (
+            f"The low-memory guard (earlyoom or nohang) killed {{{{ $labels.{t.earlyoom_victim_label} }}}} on "
+            f"{{{{ $labels.instance }}}} in the last {t.earlyoom_kill_window} because MemAvailable fell to {n.term}% "
+            f"of MemTotal. The node survived; the job did not. `journalctl -t sparkguard-earlyoom {n.journal}` "
+            f"names the pid. Fix the "
+            f"configuration (sequence length, batch, gradient checkpointing, vLLM's share) before "
+            f"restarting the job, or it will happen again."
+        ),
+    }
+
+
+def _swap_on_during_training(t: AlertThresholds, n: _Names) -> Rule:
+    return {
+        "alert": "SwapOnDuringTraining",
+        "expr": (
+            f"{t.training_mode_metric}{{{n.job}}} == 1\n"
+            f"and on(instance)\n"
+            f"node_memory_SwapTotal_bytes{{{n.job}}} > 0\n"
+            f"unless on(instance)\n"
+            f"{t.swap_policy_metric}{{{n.job}}} == 1"
+        ),
+        "for": t.swap_on_training_for,
+        "severity": "warning",
+        "summary": "{{ $labels.instance }}: swap is on while the node is in training mode",
+        "description": (
+            "{{ $labels.instance }} is in training mode but has swap configured. With swap, running out "
+            "of memory turns into a crawl and a kernel hang (the incident) instead of a fast earlyoom "
+            "kill. Run `swapoff -a` before training, or end training mode."
+        ),
+    }
+
+
+def _memory_outside_cgroups(t: AlertThresholds, n: _Names) -> Rule:
+    return {
+        "alert": "MemoryOutsideCgroups",
+        "expr": f"{t.outside_cgroups_metric}{{{n.job}}} > {int(t.memory_outside_cgroups_bytes)}",
+        "for": t.outside_cgroups_for,
+        "severity": "info",
+        "summary": "{{ $labels.instance }}: {{ $value | humanize1024 }}B of used memory is outside "
+                   "every cgroup",
+        "description": (
+            "{{ $value | humanize1024 }}B of the memory in use on {{ $labels.instance }} "
+            "(MemTotal - MemAvailable) is not charged to any memory cgroup; on a unified-memory node that "
+            "is GPU-driver memory. Docker --memory, systemd MemoryMax= and container_memory_* do not see "
+            "it and cannot stop it: watch node_memory_MemAvailable_bytes, and rely on earlyoom."
+        ),
+    }
+
+
+def _node_exporter_down(t: AlertThresholds, n: _Names) -> Rule:
+    return {
+        "alert": "NodeExporterDown",
+        "expr": f"up{{{n.job}}} == 0\nor\nabsent(up{{{n.job}}})",
+        "for": t.exporter_down_for,
+        "severity": "critical",
+        "summary": f"node_exporter '{{{{ $labels.instance }}}}' (job {t.node_job}) cannot be scraped",
+        "description": (
+            f"Prometheus cannot scrape job {t.node_job} target '{{{{ $labels.instance }}}}' (empty: the job has "
+            f"no targets at all). A "
+            f"unified-memory node that ran out of memory looks exactly like this: in the incident scraping "
+            f"stopped at 11:07 and the host needed a power cycle. Try SSH; if it does not answer, use the "
+            f"BMC / out-of-band console before walking to the machine."
+        ),
+    }
+
+
+def _watchdog(t: AlertThresholds, n: _Names) -> Rule:
+    return {
+        # The dead man's switch (the kube-prometheus "Watchdog" pattern): silence itself must page.
+        "alert": "Watchdog",
+        "expr": "vector(1)",
+        "for": "",
+        "severity": "info",
+        "summary": "the alerting pipeline is alive (always firing)",
+        "description": (
+            "Always firing, on purpose. Alertmanager sends it every minute to the heartbeat receiver "
+            "(monitoring.alertmanager.heartbeat_url: a dead man's switch such as healthchecks.io, or a peer). "
+            "When the heartbeats stop, this node's Prometheus or Alertmanager, or the node itself, is down: "
+            "a hung node cannot send its own NodeExporterDown."
+        ),
+    }
+
+
+# In the order the rules file lists them.
+RULES = (
+    _node_memory_available_low,
+    _node_memory_available_critical,
+    _node_memory_exhaustion_forecast,
+    _node_swap_activity,
+    _node_memory_pressure_stall,
+    _earlyoom_down,
+    _earlyoom_killed_process,
+    _swap_on_during_training,
+    _memory_outside_cgroups,
+    _node_exporter_down,
+    _watchdog,
+)
+
+
+def _rules(t: AlertThresholds) -> list[Rule]:
+    names = _Names.of(t)
+    return [build(t, names) for build in RULES]
 
 
 def render_alert_rules(t: AlertThresholds | None = None) -> str:
