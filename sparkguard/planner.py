@@ -252,6 +252,7 @@ def cuda_total_bytes(config: HostConfig) -> int | None:
 # The role blocks of a HostConfig are Any to the core (it imports no role): ``m`` is one of
 # roles/vllm/settings.py's ServedModel, ``job`` roles/budget/settings.py's TrainingJob.
 def _plan_serving(name: str, m: Any, cuda_total: int, policy: str, problems: list[Problem]) -> ServingPlan | None:
+    """One vLLM instance (``m``: roles.vllm's ServedModel): weights, KV cache, runtime, and the utilization they mean."""
     from .estimate import kv_cache_bytes
 
     base = f"vllm.models.{name}"
@@ -264,49 +265,18 @@ def _plan_serving(name: str, m: Any, cuda_total: int, policy: str, problems: lis
     kv_dtype_bytes = 1 if m.kv_cache_dtype == "fp8" else 2
     min_kv = kv_cache_bytes(arch, m.max_model_len, kv_dtype_bytes) if arch else None
     fp8_weights = _weights_bytes(arch, "fp8") if arch else None
-
-    if m.weights_gib is not None:
-        weights, weights_source = gib_bytes(m.weights_gib), "declared"
-    elif arch is not None:
-        weights, weights_source = _weights_bytes(arch, m.weights_dtype), f"{arch.name} x {m.weights_dtype}"
-    else:
-        problems.append(Problem("", f"{base}.weights_gib", None,
-                                "is required when no `shape` is given (sparkguard cannot size the weights)"))
+    weighed = _serving_weights(m, arch, base, problems)
+    if weighed is None:
         return None
+    weights, weights_source = weighed
     overhead = gib_bytes(m.runtime_overhead_gib)
-
-    explicit = True
-    if m.kv_cache_gib is not None:
-        kv, kv_source = gib_bytes(m.kv_cache_gib), "declared"
-    elif m.gpu_memory_utilization is not None:
-        explicit, kv_source = False, "rest of gpu_memory_utilization"
-        kv = math.floor(m.gpu_memory_utilization * cuda_total) - weights - overhead
-        if kv <= 0:
-            problems.append(Problem(
-                "", f"{base}.gpu_memory_utilization", m.gpu_memory_utilization,
-                f"{m.gpu_memory_utilization} x {fmt_gib(cuda_total)} leaves no KV cache after weights "
-                f"{fmt_gib(weights)} + runtime {fmt_gib(overhead)}; vLLM would refuse to start"))
-            return None
-    elif min_kv is not None:
-        kv, kv_source = min_kv * m.max_num_seqs, f"{m.max_num_seqs} x max_model_len sequences"
-    else:
-        problems.append(Problem("", f"{base}.kv_cache_gib", None,
-                                "is required when no `shape` is given (sparkguard cannot size the KV cache)"))
+    sized = _serving_kv(m, min_kv, cuda_total, weights, overhead, base, problems)
+    if sized is None:
         return None
-
+    kv, kv_source, explicit = sized
     footprint = weights + kv + overhead
-    if explicit:
-        util = _utilization(footprint, cuda_total)
-        if m.gpu_memory_utilization is not None:
-            if m.gpu_memory_utilization < util:
-                problems.append(Problem(
-                    "", f"{base}.gpu_memory_utilization", m.gpu_memory_utilization,
-                    f"below what the instance takes: weights {fmt_gib(weights)} + KV {fmt_gib(kv)} + runtime "
-                    f"{fmt_gib(overhead)} = {fmt_gib(footprint)} is {util:.2f} of {fmt_gib(cuda_total)}; "
-                    f"leave it unset and sparkguard writes {util:.2f}"))
-            util = m.gpu_memory_utilization
-    else:
-        util = m.gpu_memory_utilization
+    util = _serving_utilization(m, explicit, footprint, cuda_total, base, problems,
+                                f"weights {fmt_gib(weights)} + KV {fmt_gib(kv)} + runtime {fmt_gib(overhead)}")
     if min_kv is not None and kv < min_kv:
         problems.append(Problem(
             "", f"{base}.kv_cache_gib", m.kv_cache_gib,
@@ -317,27 +287,8 @@ def _plan_serving(name: str, m: Any, cuda_total: int, policy: str, problems: lis
             "", f"{base}", m.model,
             f"needs {fmt_gib(footprint)} (weights {fmt_gib(weights)} + KV {fmt_gib(kv)} + runtime "
             f"{fmt_gib(overhead)}), more than the device's CUDA total {fmt_gib(cuda_total)}"))
-
-    shared_kv = shared_util = None
-    if policy == "shrink":
-        if m.shared_kv_cache_gib is not None:
-            shared_kv = gib_bytes(m.shared_kv_cache_gib)
-        elif min_kv is not None:
-            shared_kv = default_shared_kv(min_kv, kv)
-        else:
-            problems.append(Problem("", f"{base}.shared_kv_cache_gib", None,
-                                    "is required with during_training: shrink when no `shape` is given"))
-        if shared_kv is not None:
-            if shared_kv > kv:
-                problems.append(Problem(
-                    "", f"{base}.shared_kv_cache_gib", m.shared_kv_cache_gib,
-                    f"larger than the full KV cache ({fmt_gib(kv)}): shrink would grow the server"))
-            if min_kv is not None and shared_kv < min_kv:
-                problems.append(Problem(
-                    "", f"{base}.shared_kv_cache_gib", m.shared_kv_cache_gib,
-                    f"smaller than one max_model_len ({m.max_model_len:,}) sequence's KV ({fmt_gib(min_kv)}); "
-                    f"vLLM refuses to start"))
-            shared_util = _utilization(weights + shared_kv + overhead, cuda_total)
+    shared_kv = _shared_kv(m, min_kv, kv, base, problems) if policy == "shrink" else None
+    shared_util = _utilization(weights + shared_kv + overhead, cuda_total) if shared_kv is not None else None
     return ServingPlan(
         name=name, model=m.model, weights_bytes=weights, kv_cache_memory_bytes=kv, overhead_bytes=overhead,
         gpu_memory_utilization=util, explicit_kv=explicit, max_model_len=m.max_model_len,
@@ -345,6 +296,76 @@ def _plan_serving(name: str, m: Any, cuda_total: int, policy: str, problems: lis
         shared_gpu_memory_utilization=shared_util, weights_source=weights_source, kv_source=kv_source,
         fp8_weights_bytes=fp8_weights if m.weights_dtype != "fp8" and m.weights_gib is None else None,
     )
+
+
+def _serving_weights(m: Any, arch: Any, base: str, problems: list[Problem]) -> tuple[int, str] | None:
+    """The weights' bytes and where the number comes from (declared, or the shape at its dtype)."""
+    if m.weights_gib is not None:
+        return gib_bytes(m.weights_gib), "declared"
+    if arch is not None:
+        return _weights_bytes(arch, m.weights_dtype), f"{arch.name} x {m.weights_dtype}"
+    problems.append(Problem("", f"{base}.weights_gib", None,
+                            "is required when no `shape` is given (sparkguard cannot size the weights)"))
+    return None
+
+
+def _serving_kv(m: Any, min_kv: int | None, cuda_total: int, weights: int, overhead: int, base: str,
+                problems: list[Problem]) -> tuple[int, str, bool] | None:
+    """The KV cache's bytes, where the number comes from, and whether it is explicit (--kv-cache-memory-bytes)."""
+    if m.kv_cache_gib is not None:
+        return gib_bytes(m.kv_cache_gib), "declared", True
+    if m.gpu_memory_utilization is not None:
+        kv = math.floor(m.gpu_memory_utilization * cuda_total) - weights - overhead
+        if kv <= 0:
+            problems.append(Problem(
+                "", f"{base}.gpu_memory_utilization", m.gpu_memory_utilization,
+                f"{m.gpu_memory_utilization} x {fmt_gib(cuda_total)} leaves no KV cache after weights "
+                f"{fmt_gib(weights)} + runtime {fmt_gib(overhead)}; vLLM would refuse to start"))
+            return None
+        return kv, "rest of gpu_memory_utilization", False
+    if min_kv is not None:
+        return min_kv * m.max_num_seqs, f"{m.max_num_seqs} x max_model_len sequences", True
+    problems.append(Problem("", f"{base}.kv_cache_gib", None,
+                            "is required when no `shape` is given (sparkguard cannot size the KV cache)"))
+    return None
+
+
+def _serving_utilization(m: Any, explicit: bool, footprint: int, cuda_total: int, base: str,
+                         problems: list[Problem], parts: str) -> float:
+    """gpu-memory-utilization: the footprint's share of the CUDA total, or the inventory's (never below it)."""
+    if not explicit:
+        return float(m.gpu_memory_utilization)
+    util = _utilization(footprint, cuda_total)
+    if m.gpu_memory_utilization is None:
+        return util
+    if m.gpu_memory_utilization < util:
+        problems.append(Problem(
+            "", f"{base}.gpu_memory_utilization", m.gpu_memory_utilization,
+            f"below what the instance takes: {parts} = {fmt_gib(footprint)} is {util:.2f} of {fmt_gib(cuda_total)}; "
+            f"leave it unset and sparkguard writes {util:.2f}"))
+    return float(m.gpu_memory_utilization)
+
+
+def _shared_kv(m: Any, min_kv: int | None, kv: int, base: str, problems: list[Problem]) -> int | None:
+    """The KV cache while training runs (during_training: shrink): declared, or the default share."""
+    if m.shared_kv_cache_gib is not None:
+        shared_kv = gib_bytes(m.shared_kv_cache_gib)
+    elif min_kv is not None:
+        shared_kv = default_shared_kv(min_kv, kv)
+    else:
+        problems.append(Problem("", f"{base}.shared_kv_cache_gib", None,
+                                "is required with during_training: shrink when no `shape` is given"))
+        return None
+    if shared_kv > kv:
+        problems.append(Problem(
+            "", f"{base}.shared_kv_cache_gib", m.shared_kv_cache_gib,
+            f"larger than the full KV cache ({fmt_gib(kv)}): shrink would grow the server"))
+    if min_kv is not None and shared_kv < min_kv:
+        problems.append(Problem(
+            "", f"{base}.shared_kv_cache_gib", m.shared_kv_cache_gib,
+            f"smaller than one max_model_len ({m.max_model_len:,}) sequence's KV ({fmt_gib(min_kv)}); "
+            f"vLLM refuses to start"))
+    return shared_kv
 
 
 def training_spec(job: Any) -> TrainingSpec:
