@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
@@ -17,7 +18,7 @@ from . import web
 from .addresses import alertmanager_target, split_host_port
 from .cadvisor import disabled_metrics
 from .grafana import DATASOURCE_UID, dashboard_json
-from .resolve import resolve, thresholds
+from .resolve import Resolved, resolve, thresholds
 from .settings import MonitoringSettings
 
 NODE_EXPORTER_DEFAULTS = "/etc/default/prometheus-node-exporter"
@@ -224,90 +225,117 @@ def grafana_files(ctx: RoleContext) -> tuple[ManagedFile, ...]:
     )
 
 
+@dataclass
+class _Part:
+    """What one daemon of the stack adds: packages, files, services."""
+
+    packages: list[str] = field(default_factory=list)
+    files: list[ManagedFile] = field(default_factory=list)
+    services: list[Service] = field(default_factory=list)
+
+
 def desired_state(ctx: RoleContext) -> DesiredState:
     settings: MonitoringSettings = ctx.settings("monitoring")
     where = resolve(ctx.config)
-    t = thresholds(ctx.config)
-    unified = ctx.node.unified_memory
     auth = web.web_auth(settings)
-    packages = ["prometheus-node-exporter"]
     web_files = web_state(auth, ctx.host, settings)
-    files = [*web_files,
-        ManagedFile(NODE_EXPORTER_DEFAULTS, render_template(
-            "monitoring/node-exporter.default.j2", listen=where.node_exporter,
-            units_doc=", ".join(settings.node_exporter.systemd_units),
-            args=" ".join(node_exporter_args(where.node_exporter, settings, auth))), before_packages=True),
-        ManagedFile(NODE_METRICS_SCRIPT, render_template(
-            "monitoring/node-metrics.sh.j2", textfile=NODE_METRICS_TEXTFILE, training_target=TRAINING_TARGET,
-            unified="auto" if unified is None else int(unified), device_profile=ctx.node.device_class,
-            swap_allowed=int(settings.node_exporter.swap_allowed_during_training)),
-            mode="0755", validate="sh -n {path}"),
-        ManagedFile(unit_path(NODE_METRICS_SERVICE), render_template(
-            "monitoring/node-metrics.service.j2", script=NODE_METRICS_SCRIPT,
-            # nvidia-smi needs the device nodes; /proc of every process is read, only the textfile written.
-            sandbox=sandbox((TEXTFILE_DIR,), "CAP_DAC_OVERRIDE CAP_DAC_READ_SEARCH CAP_SYS_PTRACE", devices=True)),
-            validate="systemd-analyze verify {path}"),
-        ManagedFile(unit_path(NODE_METRICS_TIMER), render_template(
-            "monitoring/node-metrics.timer.j2", interval=settings.node_exporter.metrics_interval_s),
-            validate="systemd-analyze verify {path}"),
-    ]
     web_paths = tuple(f.path for f in web_files)
-    services = [
-        Service(NODE_EXPORTER_UNIT, restart_on=(NODE_EXPORTER_DEFAULTS, *web_paths)),
-        Service(NODE_METRICS_TIMER, restart_on=(unit_path(NODE_METRICS_TIMER),)),
-    ]
-
+    parts = [_Part(files=list(web_files)), _node_exporter(ctx, settings, where, auth, web_paths)]
     if settings.prometheus.enabled:
-        packages.append("prometheus")
-        host, port = split_host_port(where.prometheus)
-        files.append(ManagedFile(PROMETHEUS_DEFAULTS, render_template(
-            "monitoring/prometheus.default.j2", listen=where.prometheus,
-            retention_time=settings.prometheus.retention_time, retention_size=settings.prometheus.retention_size,
-            args=" ".join(prometheus_args(where.prometheus, settings, auth))), before_packages=True))
-        files.append(ManagedFile(PROMETHEUS_DROPIN, render_template(
-            "monitoring/prometheus-ready.conf.j2", host=host, port=port,
-            web_get=web.WEB_GET if auth.enabled else None, url=f"{auth.scheme}://{where.prometheus}",
-            web_get_args=web.web_get_args(auth, web.credential(PROMETHEUS_UNIT, "web.password")))))
-        # The rules go live before prometheus.yml: `promtool check config` loads the rule files it names.
-        files.append(ManagedFile(ALERT_RULES, render_alert_rules(t), validate="promtool check rules {path}"))
-        reload_on = [PROMETHEUS_CONFIG, ALERT_RULES]
-        if settings.prometheus.extra_rules:
-            files.append(ManagedFile(SITE_RULES, site_rules(settings), validate="promtool check rules {path}"))
-            reload_on.append(SITE_RULES)
-        files.append(ManagedFile(PROMETHEUS_CONFIG, _yaml(prometheus_config(ctx)),
-                                 validate="promtool check config {path}"))
-        services.append(Service(PROMETHEUS_UNIT, restart_on=(PROMETHEUS_DEFAULTS, PROMETHEUS_DROPIN, *web_paths),
-                                reload_on=tuple(reload_on)))
+        parts.append(_prometheus(ctx, settings, where, auth, web_paths))
         if settings.alertmanager.mode == "local":
-            packages.append("prometheus-alertmanager")
-            files.append(ManagedFile(ALERTMANAGER_DEFAULTS, render_template(
-                "monitoring/alertmanager.default.j2", listen=where.alertmanager,
-                args=" ".join([f"--web.listen-address={where.alertmanager}", "--cluster.listen-address=",
-                               *web_args(ALERTMANAGER_UNIT, auth)])), before_packages=True))
-            files.append(ManagedFile(ALERTMANAGER_CONFIG, _yaml(alertmanager_config(settings)),
-                                     validate="amtool check-config {path}", group="prometheus", mode="0640",
-                                     # A webhook URL (Slack, ntfy) is a credential: render shows a placeholder.
-                                     secret=bool(settings.alertmanager.webhook_url or settings.alertmanager.heartbeat_url)))
-            services.append(Service(ALERTMANAGER_UNIT,
-                                    restart_on=(ALERTMANAGER_DEFAULTS, ALERTMANAGER_CONFIG, *web_paths)))
-
+            parts.append(_alertmanager(settings, where, auth, web_paths))
     if where.cadvisor_enabled:
-        host, port = split_host_port(where.cadvisor)
-        files.append(ManagedFile(unit_path(CADVISOR_UNIT), render_template(
-            "monitoring/cadvisor.service.j2", image=settings.cadvisor.image, host=host, port=port,
-            housekeeping=settings.cadvisor.housekeeping_interval,
-            extra=", ".join(settings.cadvisor.disable_metrics_extra),
-            disabled=",".join(disabled_metrics(settings.cadvisor.disable_metrics_extra))),
-            validate=CADVISOR_CHECK))
-        services.append(Service(CADVISOR_UNIT, restart_on=(unit_path(CADVISOR_UNIT),)))
-
+        parts.append(_cadvisor(settings, where))
     if settings.grafana.enabled:
-        files.extend(grafana_files(ctx))
-
+        parts.append(_Part(files=list(grafana_files(ctx))))
     return DesiredState(
         role="monitoring",
-        packages=tuple(packages),
-        files=tuple(files),
-        services=tuple(services),
+        packages=tuple(p for part in parts for p in part.packages),
+        files=tuple(f for part in parts for f in part.files),
+        services=tuple(s for part in parts for s in part.services),
     )
+
+
+def _node_exporter(ctx: RoleContext, settings: MonitoringSettings, where: Resolved, auth: web.WebAuth,
+                   web_paths: tuple[str, ...]) -> _Part:
+    unified = ctx.node.unified_memory
+    return _Part(
+        packages=["prometheus-node-exporter"],
+        files=[
+            ManagedFile(NODE_EXPORTER_DEFAULTS, render_template(
+                "monitoring/node-exporter.default.j2", listen=where.node_exporter,
+                units_doc=", ".join(settings.node_exporter.systemd_units),
+                args=" ".join(node_exporter_args(where.node_exporter, settings, auth))), before_packages=True),
+            ManagedFile(NODE_METRICS_SCRIPT, render_template(
+                "monitoring/node-metrics.sh.j2", textfile=NODE_METRICS_TEXTFILE, training_target=TRAINING_TARGET,
+                unified="auto" if unified is None else int(unified), device_profile=ctx.node.device_class,
+                swap_allowed=int(settings.node_exporter.swap_allowed_during_training)),
+                mode="0755", validate="sh -n {path}"),
+            ManagedFile(unit_path(NODE_METRICS_SERVICE), render_template(
+                "monitoring/node-metrics.service.j2", script=NODE_METRICS_SCRIPT,
+                # nvidia-smi needs the device nodes; /proc of every process is read, only the textfile written.
+                sandbox=sandbox((TEXTFILE_DIR,), "CAP_DAC_OVERRIDE CAP_DAC_READ_SEARCH CAP_SYS_PTRACE", devices=True)),
+                validate="systemd-analyze verify {path}"),
+            ManagedFile(unit_path(NODE_METRICS_TIMER), render_template(
+                "monitoring/node-metrics.timer.j2", interval=settings.node_exporter.metrics_interval_s),
+                validate="systemd-analyze verify {path}"),
+        ],
+        services=[
+            Service(NODE_EXPORTER_UNIT, restart_on=(NODE_EXPORTER_DEFAULTS, *web_paths)),
+            Service(NODE_METRICS_TIMER, restart_on=(unit_path(NODE_METRICS_TIMER),)),
+        ],
+    )
+
+
+def _prometheus(ctx: RoleContext, settings: MonitoringSettings, where: Resolved, auth: web.WebAuth,
+                web_paths: tuple[str, ...]) -> _Part:
+    host, port = split_host_port(where.prometheus)
+    files = [
+        ManagedFile(PROMETHEUS_DEFAULTS, render_template(
+            "monitoring/prometheus.default.j2", listen=where.prometheus,
+            retention_time=settings.prometheus.retention_time, retention_size=settings.prometheus.retention_size,
+            args=" ".join(prometheus_args(where.prometheus, settings, auth))), before_packages=True),
+        ManagedFile(PROMETHEUS_DROPIN, render_template(
+            "monitoring/prometheus-ready.conf.j2", host=host, port=port,
+            web_get=web.WEB_GET if auth.enabled else None, url=f"{auth.scheme}://{where.prometheus}",
+            web_get_args=web.web_get_args(auth, web.credential(PROMETHEUS_UNIT, "web.password")))),
+        # The rules go live before prometheus.yml: `promtool check config` loads the rule files it names.
+        ManagedFile(ALERT_RULES, render_alert_rules(thresholds(ctx.config)), validate="promtool check rules {path}"),
+    ]
+    reload_on = [PROMETHEUS_CONFIG, ALERT_RULES]
+    if settings.prometheus.extra_rules:
+        files.append(ManagedFile(SITE_RULES, site_rules(settings), validate="promtool check rules {path}"))
+        reload_on.append(SITE_RULES)
+    files.append(ManagedFile(PROMETHEUS_CONFIG, _yaml(prometheus_config(ctx)), validate="promtool check config {path}"))
+    service = Service(PROMETHEUS_UNIT, restart_on=(PROMETHEUS_DEFAULTS, PROMETHEUS_DROPIN, *web_paths),
+                      reload_on=tuple(reload_on))
+    return _Part(packages=["prometheus"], files=files, services=[service])
+
+
+def _alertmanager(settings: MonitoringSettings, where: Resolved, auth: web.WebAuth,
+                  web_paths: tuple[str, ...]) -> _Part:
+    files = [
+        ManagedFile(ALERTMANAGER_DEFAULTS, render_template(
+            "monitoring/alertmanager.default.j2", listen=where.alertmanager,
+            args=" ".join([f"--web.listen-address={where.alertmanager}", "--cluster.listen-address=",
+                           *web_args(ALERTMANAGER_UNIT, auth)])), before_packages=True),
+        ManagedFile(ALERTMANAGER_CONFIG, _yaml(alertmanager_config(settings)),
+                    validate="amtool check-config {path}", group="prometheus", mode="0640",
+                    # A webhook URL (Slack, ntfy) is a credential: render shows a placeholder.
+                    secret=bool(settings.alertmanager.webhook_url or settings.alertmanager.heartbeat_url)),
+    ]
+    service = Service(ALERTMANAGER_UNIT, restart_on=(ALERTMANAGER_DEFAULTS, ALERTMANAGER_CONFIG, *web_paths))
+    return _Part(packages=["prometheus-alertmanager"], files=files, services=[service])
+
+
+def _cadvisor(settings: MonitoringSettings, where: Resolved) -> _Part:
+    host, port = split_host_port(where.cadvisor)
+    unit = ManagedFile(unit_path(CADVISOR_UNIT), render_template(
+        "monitoring/cadvisor.service.j2", image=settings.cadvisor.image, host=host, port=port,
+        housekeeping=settings.cadvisor.housekeeping_interval,
+        extra=", ".join(settings.cadvisor.disable_metrics_extra),
+        disabled=",".join(disabled_metrics(settings.cadvisor.disable_metrics_extra))),
+        validate=CADVISOR_CHECK)
+    return _Part(files=[unit], services=[Service(CADVISOR_UNIT, restart_on=(unit_path(CADVISOR_UNIT),))])
 
