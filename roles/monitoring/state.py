@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -37,6 +38,7 @@ CADVISOR_UNIT = "sparkguard-cadvisor.service"
 GRAFANA_DIR = f"{CONFIG_DIR}/grafana"
 # Role base installs it; training mode 0 while it is inactive.
 TRAINING_TARGET = layout.TRAINING_TARGET
+NODE_METRICS_SOURCE = Path(__file__).with_name("node-metrics.sh")  # shipped as it is
 GRAFANA_DATASOURCE = f"{GRAFANA_DIR}/provisioning/datasources/sparkguard.yml"
 GRAFANA_PROVIDER = f"{GRAFANA_DIR}/provisioning/dashboards/sparkguard.yml"
 GRAFANA_DASHBOARD = f"{GRAFANA_DIR}/dashboards/node-memory-truth.json"
@@ -267,13 +269,13 @@ def _node_exporter(ctx: RoleContext, settings: MonitoringSettings, where: Resolv
                 "monitoring/node-exporter.default.j2", listen=where.node_exporter,
                 units_doc=", ".join(settings.node_exporter.systemd_units),
                 args=" ".join(node_exporter_args(where.node_exporter, settings, auth))), before_packages=True),
-            ManagedFile(NODE_METRICS_SCRIPT, render_template(
-                "monitoring/node-metrics.sh.j2", textfile=NODE_METRICS_TEXTFILE, training_target=TRAINING_TARGET,
-                unified="auto" if unified is None else int(unified), device_profile=ctx.node.device_class,
-                swap_allowed=int(settings.node_exporter.swap_allowed_during_training)),
-                mode="0755", validate="sh -n {path}"),
+            ManagedFile(NODE_METRICS_SCRIPT, NODE_METRICS_SOURCE.read_text(), mode="0755", validate="sh -n {path}"),
             ManagedFile(unit_path(NODE_METRICS_SERVICE), render_template(
-                "monitoring/node-metrics.service.j2", script=NODE_METRICS_SCRIPT,
+                "monitoring/node-metrics.service.j2", script=NODE_METRICS_SCRIPT, args=" ".join((
+                    "--textfile", NODE_METRICS_TEXTFILE, "--training-target", TRAINING_TARGET,
+                    "--unified", "auto" if unified is None else str(int(unified)),
+                    "--device-profile", ctx.node.device_class,
+                    "--swap-allowed", str(int(settings.node_exporter.swap_allowed_during_training)))),
                 # nvidia-smi needs the device nodes; /proc of every process is read, only the textfile written.
                 sandbox=sandbox((TEXTFILE_DIR,), "CAP_DAC_OVERRIDE CAP_DAC_READ_SEARCH CAP_SYS_PTRACE", devices=True)),
                 validate="systemd-analyze verify {path}"),

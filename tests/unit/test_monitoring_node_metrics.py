@@ -10,12 +10,13 @@ a GPU here: this machine has none, and no device machine was lent to this task.
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from roles.monitoring.state import NODE_METRICS_SCRIPT
+from roles.monitoring.state import NODE_METRICS_SCRIPT, NODE_METRICS_SERVICE
 from sparkguard.inventory import load_inventory
 from sparkguard.render import render_inventory
 from tests.conftest import REPO
@@ -29,6 +30,14 @@ def script(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("render")
     render_inventory(load_inventory(REPO / "inventory" / "example"), out)
     return out / "spark-01" / NODE_METRICS_SCRIPT.lstrip("/")
+
+
+def unit_args(script: Path) -> list[str]:
+    """The arguments its unit (as rendered next to it) passes: the script is the same file on every node."""
+    root = Path(str(script).removesuffix(NODE_METRICS_SCRIPT))
+    unit = root / "etc/systemd/system" / NODE_METRICS_SERVICE
+    line = next(line for line in unit.read_text().splitlines() if line.startswith("ExecStart="))
+    return shlex.split(line.removeprefix("ExecStart="))[1:]
 
 
 def fake_bin(directory: Path, name: str, body: str) -> None:
@@ -63,7 +72,8 @@ def run(script: Path, tmp_path: Path, cgroup: str = "v2", smi: str | None = None
     out = tmp_path / "textfile" / "sparkguard_node.prom"
     out.parent.mkdir(exist_ok=True)
     env = {"PATH": f"{bindir}:/usr/bin:/bin", "SG_PROC": str(proc), "SG_CGROUP": str(cg), "SG_OUT": str(out)}
-    result = subprocess.run(["sh", str(script)], env=env, capture_output=True, text=True, timeout=30)
+    result = subprocess.run(["sh", str(script), *unit_args(script)], env=env, capture_output=True, text=True,
+                            timeout=30)
     assert result.returncode == 0, result.stderr
     assert [p.name for p in out.parent.iterdir()] == ["sparkguard_node.prom"]  # no temp file left behind
     samples = {}
@@ -134,3 +144,21 @@ def test_promtool_accepts_the_textfile(script, tmp_path):
     text = (tmp_path / "textfile/sparkguard_node.prom").read_text()
     check = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True)
     assert check.returncode == 0, check.stdout + check.stderr
+
+
+@pytest.mark.parametrize("drop,replace", [
+    ("--textfile", None), (None, ("--unified", "maybe")), (None, ("--swap-allowed", "yes")),
+    (None, ("--device-profile", "dgx spark")), (None, ("--training-target", "a;b")),
+])
+def test_a_wrong_command_line_writes_nothing_and_says_how(script, tmp_path, drop, replace):
+    args = unit_args(script)
+    if drop:
+        index = args.index(drop)
+        del args[index:index + 2]
+    if replace:
+        args[args.index(replace[0]) + 1] = replace[1]
+    out = tmp_path / "metrics.prom"
+    result = subprocess.run(["sh", str(script), *args], env={"PATH": "/usr/bin:/bin", "SG_OUT": str(out)},
+                            capture_output=True, text=True, timeout=30)
+    assert result.returncode == 2 and "usage: node-metrics" in result.stderr
+    assert not out.exists()

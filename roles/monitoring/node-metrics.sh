@@ -1,7 +1,8 @@
 #!/bin/sh
-# Managed by sparkguard (role monitoring): node memory metrics for node_exporter's
-# textfile collector, written atomically to {{ textfile }}.
-#   sparkguard_training_mode                 1 while {{ training_target }} is active
+# Managed by sparkguard (role monitoring): node memory metrics for node_exporter's textfile
+# collector, written atomically. Shipped as it is; its unit passes the values:
+#   node-metrics --textfile FILE --training-target UNIT --unified auto|0|1 --device-profile NAME --swap-allowed 0|1
+#   sparkguard_training_mode                 1 while the training target is active
 #   sparkguard_swap_allowed_during_training  the swap policy from the inventory
 #   sparkguard_unified_memory                1 on unified-memory nodes (declared device_profile)
 #   sparkguard_memory_outside_cgroups_bytes  (MemTotal - MemAvailable) - memory cgroups account for
@@ -11,9 +12,30 @@ set -u
 PATH=${PATH:+$PATH:}/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 proc=${SG_PROC:-/proc}
 cgroup=${SG_CGROUP:-/sys/fs/cgroup}
-out=${SG_OUT:-{{ textfile }}}
-unified={{ unified }}
-swap_allowed={{ swap_allowed }}
+textfile="" training_target="" unified="" device_profile="" swap_allowed=""
+usage() {
+  echo "usage: node-metrics --textfile FILE --training-target UNIT --unified auto|0|1 --device-profile NAME" \
+       "--swap-allowed 0|1" >&2
+  exit 2
+}
+while [ $# -gt 0 ]; do
+  [ $# -ge 2 ] || usage
+  case "$1" in
+    --textfile) textfile=$2 ;;
+    --training-target) training_target=$2 ;;
+    --unified) unified=$2 ;;
+    --device-profile) device_profile=$2 ;;
+    --swap-allowed) swap_allowed=$2 ;;
+    *) usage ;;
+  esac
+  shift 2
+done
+case "$unified" in auto|0|1) ;; *) usage ;; esac
+case "$swap_allowed" in 0|1) ;; *) usage ;; esac
+case "$device_profile" in ''|*[!A-Za-z0-9_-]*) usage ;; esac
+case "$training_target" in ''|*[!A-Za-z0-9_.@-]*) usage ;; esac
+[ -n "$textfile" ] || usage
+out=${SG_OUT:-$textfile}
 tmp="$(dirname "$out")/.$(basename "$out").$$"
 trap 'rm -f "$tmp"' EXIT
 umask 022
@@ -58,7 +80,7 @@ if [ "$unified" = auto ]; then
 fi
 
 training=0
-if systemctl is-active --quiet {{ training_target }} 2>/dev/null; then training=1; fi
+if systemctl is-active --quiet "$training_target" 2>/dev/null; then training=1; fi
 
 gpu_up=0
 gpu_lines=""
@@ -78,7 +100,7 @@ if command -v nvidia-smi >/dev/null 2>&1; then
 fi
 
 {
-  echo "# HELP sparkguard_training_mode 1 while {{ training_target }} is active (swap must be off)."
+  echo "# HELP sparkguard_training_mode 1 while $training_target is active (swap must be off)."
   echo "# TYPE sparkguard_training_mode gauge"
   echo "sparkguard_training_mode $training"
   echo "# HELP sparkguard_swap_allowed_during_training 1 if this node may keep swap on while training (inventory)."
@@ -86,7 +108,7 @@ fi
   echo "sparkguard_swap_allowed_during_training $swap_allowed"
   echo "# HELP sparkguard_unified_memory 1 on unified-memory nodes (GPU memory is host RAM), from the declared device_profile."
   echo "# TYPE sparkguard_unified_memory gauge"
-  echo "sparkguard_unified_memory{device_profile=\"{{ device_profile }}\"} $unified"
+  echo "sparkguard_unified_memory{device_profile=\"$device_profile\"} $unified"
   if [ -n "$accounted" ] && [ "$total_kib" -ge 0 ] && [ "$avail_kib" -ge 0 ]; then
     echo "# HELP sparkguard_memory_cgroup_accounted_bytes Memory charged to memory cgroups, without file pages."
     echo "# TYPE sparkguard_memory_cgroup_accounted_bytes gauge"
