@@ -7,6 +7,8 @@ the node by an ``Ensure`` or stays inert, and ``sparkguard audit`` reports it.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from sparkguard.layout import LIB_DIR, STATE_DIR, SYSCTL_CHECK, TEXTFILE_DIR, dropin_path, unit_path
 from sparkguard.role import RoleContext
 from sparkguard.state import DesiredState, Directory, Ensure, ManagedFile, Service
@@ -26,6 +28,7 @@ BOOT_REPORT = f"{LIB_DIR}/boot-report"
 BOOT_REPORT_UNIT = "sparkguard-boot-report.service"
 BOOT_MARKER = f"{STATE_DIR}/boot-in-progress"
 BOOT_VERDICT = "/run/sparkguard/boot-verdict"
+BOOT_REPORT_SOURCE = Path(__file__).with_name("boot-report.sh")  # shipped as it is
 LAST_UNCLEAN = f"{STATE_DIR}/last-unclean-boot.txt"
 BOOT_TEXTFILE = f"{TEXTFILE_DIR}/sparkguard_boot.prom"
 MANAGER = "org.freedesktop.systemd1 /org/freedesktop/systemd1 org.freedesktop.systemd1.Manager"
@@ -117,8 +120,10 @@ def desired_state(ctx: RoleContext) -> DesiredState:
         names = {"marker": BOOT_MARKER, "verdict": BOOT_VERDICT, "textfile": BOOT_TEXTFILE,
                  "last_unclean": LAST_UNCLEAN, "earlyoom_lines": report.earlyoom_lines,
                  "memory_samples": report.memory_samples, "script": BOOT_REPORT}
-        files.append(ManagedFile(BOOT_REPORT, render_template("recovery/boot-report.sh.j2", **names), mode="0755",
-                                 validate="sh -n {path}"))
+        names["args"] = (f"--marker {BOOT_MARKER} --verdict {BOOT_VERDICT} --textfile {BOOT_TEXTFILE} "
+                         f"--last {LAST_UNCLEAN} --earlyoom-lines {int(report.earlyoom_lines)} "
+                         f"--memory-samples {int(report.memory_samples)}")
+        files.append(ManagedFile(BOOT_REPORT, BOOT_REPORT_SOURCE.read_text(), mode="0755", validate="sh -n {path}"))
         files.append(ManagedFile(unit_path(BOOT_REPORT_UNIT), render_template(
             "recovery/boot-report.service.j2", **names,
             sandbox=sandbox((STATE_DIR, "/run/sparkguard", TEXTFILE_DIR), "CAP_DAC_OVERRIDE CAP_DAC_READ_SEARCH")),

@@ -74,7 +74,7 @@ def test_a_panic_without_reboot_is_refused(inventory_dir, field):
 def test_boot_report_marker_and_metric(inventory_dir):
     state = recovery_state(inventory_dir)
     script = state.file(rs.BOOT_REPORT).content
-    assert "sparkguard_previous_boot_unclean" in script and rs.BOOT_MARKER in script
-    assert "journalctl -b -1 -u earlyoom.service" in script
+    assert script == rs.BOOT_REPORT_SOURCE.read_text(), "shipped as it is"
+    assert "sparkguard_previous_boot_unclean" in script and "journalctl -b -1 -u earlyoom.service" in script
     unit = state.file("/etc/systemd/system/sparkguard-boot-report.service").content
-    assert f"ExecStop={rs.BOOT_REPORT} stop" in unit and "RemainAfterExit=yes" in unit
+    assert f"ExecStop={rs.BOOT_REPORT} stop --marker {rs.BOOT_MARKER}" in unit and "RemainAfterExit=yes" in unit

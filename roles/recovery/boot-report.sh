@@ -1,19 +1,43 @@
 #!/bin/sh
-# Managed by sparkguard (role recovery): the unclean-boot report.
+# Managed by sparkguard (role recovery): the unclean-boot report. Shipped as it is; its unit passes the values:
+#   boot-report start|stop --marker FILE --verdict FILE --textfile FILE --last FILE
+#               --earlyoom-lines N --memory-samples N
 #   start: a marker left over from the previous boot means it never shut down
 #          cleanly; write a short summary of its last minutes to the journal
-#          (identifier sparkguard-boot-report), to {{ last_unclean }}
+#          (identifier sparkguard-boot-report), to the --last file
 #          and sparkguard_previous_boot_unclean 0/1 to the textfile metrics;
 #          then create the marker for this boot.
 #   stop:  clean shutdown: remove the marker.
 # The verdict is kept in /run for the length of the boot, so a restart of the
 # unit (apply) never turns an unclean verdict into a clean one.
 set -u
-MARKER={{ marker }}
-VERDICT={{ verdict }}
-TEXTFILE={{ textfile }}
-LAST={{ last_unclean }}
 TAG=sparkguard-boot-report
+usage() {
+  echo "usage: boot-report start|stop --marker FILE --verdict FILE --textfile FILE --last FILE" \
+       "--earlyoom-lines N --memory-samples N" >&2
+  exit 2
+}
+action=${1:-}; [ $# -gt 0 ] && shift
+MARKER="" VERDICT="" TEXTFILE="" LAST="" EARLYOOM_LINES="" MEMORY_SAMPLES=""
+while [ $# -gt 0 ]; do
+  [ $# -ge 2 ] || usage
+  case "$1" in
+    --marker) MARKER=$2 ;;
+    --verdict) VERDICT=$2 ;;
+    --textfile) TEXTFILE=$2 ;;
+    --last) LAST=$2 ;;
+    --earlyoom-lines) EARLYOOM_LINES=$2 ;;
+    --memory-samples) MEMORY_SAMPLES=$2 ;;
+    *) usage ;;
+  esac
+  shift 2
+done
+for value in "$MARKER" "$VERDICT" "$TEXTFILE" "$LAST"; do
+  case "$value" in /*) ;; *) usage ;; esac
+done
+for value in "$EARLYOOM_LINES" "$MEMORY_SAMPLES"; do
+  case "$value" in ''|*[!0-9]*) usage ;; esac
+done
 
 summary() {
   echo "previous boot ended uncleanly (no clean shutdown recorded; its boot id: $(cat "$MARKER" 2>/dev/null))"
@@ -22,9 +46,9 @@ summary() {
     return 0
   fi
   echo "last earlyoom lines of the previous boot:"
-  journalctl -b -1 -u earlyoom.service -u nohang.service -o short-iso --no-pager 2>/dev/null | grep -v '^-- ' | tail -n {{ earlyoom_lines }} | sed 's/^/  /'
+  journalctl -b -1 -u earlyoom.service -u nohang.service -o short-iso --no-pager 2>/dev/null | grep -v '^-- ' | tail -n "$EARLYOOM_LINES" | sed 's/^/  /'
   echo "last MemAvailable samples of the previous boot:"
-  journalctl -b -1 -o short-iso --no-pager 2>/dev/null | grep -i 'mem avail' | tail -n {{ memory_samples }} | sed 's/^/  /'
+  journalctl -b -1 -o short-iso --no-pager 2>/dev/null | grep -i 'mem avail' | tail -n "$MEMORY_SAMPLES" | sed 's/^/  /'
   echo "last lines of the previous boot:"
   journalctl -b -1 -o short-iso --no-pager 2>/dev/null | grep -v '^-- ' | tail -n 5 | sed 's/^/  /'
 }
@@ -38,7 +62,7 @@ metric() {
   } > "$TEXTFILE.tmp" && mv -f "$TEXTFILE.tmp" "$TEXTFILE"
 }
 
-case "${1:-}" in
+case "$action" in
   start)
     mkdir -p "$(dirname "$VERDICT")"
     if [ -f "$VERDICT" ]; then
@@ -64,7 +88,6 @@ case "${1:-}" in
     sync
     ;;
   *)
-    echo "usage: $0 start|stop" >&2
-    exit 2
+    usage
     ;;
 esac
