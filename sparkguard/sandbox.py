@@ -57,6 +57,16 @@ class Node:
         return self.pid is not None and _pid_alive(self.pid)
 
 
+def key_path(state_dir: Path) -> Path:
+    """The SSH key every node of a sandbox accepts (root)."""
+    return state_dir / "ssh" / "id_ed25519"
+
+
+def known_hosts_path(state_dir: Path) -> Path:
+    """The nodes' host keys, as written at boot (strict checking from the first connection)."""
+    return state_dir / "known_hosts"
+
+
 @dataclass
 class Sandbox:
     state_dir: Path
@@ -67,11 +77,11 @@ class Sandbox:
 
     @property
     def key(self) -> Path:
-        return self.state_dir / "ssh" / "id_ed25519"
+        return key_path(self.state_dir)
 
     @property
     def known_hosts(self) -> Path:
-        return self.state_dir / "known_hosts"
+        return known_hosts_path(self.state_dir)
 
     def save(self) -> None:
         record = {"release": self.release, "net": self.net, "inventory_dir": str(self.inventory_dir),

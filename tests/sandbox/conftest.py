@@ -31,11 +31,11 @@ class SandboxHandle:
 
     @property
     def key(self) -> Path:
-        return self.state_dir / "ssh" / "id_ed25519"
+        return sandbox.key_path(self.state_dir)
 
     @property
     def known_hosts(self) -> Path:
-        return self.state_dir / "known_hosts"
+        return sandbox.known_hosts_path(self.state_dir)
 
     def node(self, name: str) -> sandbox.Node:
         return next(n for n in self.nodes if n.name == name)
