@@ -52,6 +52,11 @@ RANKING_STATUS = "/run/sparkguard/gpu-ranking.json"
 RANKING_TEXTFILE = f"{TEXTFILE_DIR}/sparkguard_gpu_ranking.prom"
 
 
+
+def _shipped(name: str) -> str:
+    """A node-side program of this role, shipped as it is (roles/earlyoom/NAME)."""
+    return (Path(__file__).parent / name).read_text()
+
 def threshold_args(settings: EarlyoomSettings, memory_total_bytes: int | None) -> list[str]:
     """-m/-s lines. Swap is made irrelevant (-s 100,100): a unified-memory node must not thrash first."""
     return ["-m", f"{_num(settings.term_percent)},{_num(settings.kill_percent)}", "-s", "100,100"]
@@ -125,7 +130,7 @@ def earlyoom_guard(settings: EarlyoomSettings, total: int | None, paths: dict[st
     )
     files = (
         ManagedFile(NOTIFY, render_template("earlyoom/notify.sh.j2", **paths), mode="0755", validate="sh -n {path}"),
-        ManagedFile(CHECKER, render_template("earlyoom/check.sh.j2"), mode="0755", validate="sh -n {path}"),
+        ManagedFile(CHECKER, _shipped("check-args.sh"), mode="0755", validate="sh -n {path}"),
         ManagedFile(DROPIN, render_template("earlyoom/dropin.conf.j2", unit="earlyoom.service",
                                             **{**paths, "marks_dir": None})),
         # The checker gets the arguments as words, never by sourcing the file (no inventory value is evaluated).
@@ -194,7 +199,7 @@ def desired_state(ctx: RoleContext) -> DesiredState:
         directories=(Directory(SPOOL_DIR, mode="1733"),)
         + ((Directory(MARKS_DIR, mode="0700"),) if choice.guard == "nohang" else ()),
         files=(
-            ManagedFile(OOM_FIRST, render_template("earlyoom/oom-first.sh.j2"), mode="0755",
+            ManagedFile(OOM_FIRST, _shipped("oom-first.sh"), mode="0755",
                         validate="sh -n {path}"),
             ManagedFile(COLLECTOR, render_template("earlyoom/collect.sh.j2", **paths), mode="0755",
                         validate="sh -n {path}"),
