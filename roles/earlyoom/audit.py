@@ -71,7 +71,7 @@ def checks(view: AuditView) -> list[Check]:
         version = ".".join(map(str, info.earlyoom_version or ())) or "not installed"
         active = rt.get("earlyoom_active", "")
         found.append(Check("earlyoom: running", active == "active", "active", f"{active or 'unknown'} (version {version})"))
-        want = earlyoom_args(settings, None)
+        want = earlyoom_args(settings)
         raw = rt.get("earlyoom_cmdline", "")
         running_args = [a for a in (base64.b64decode(raw).decode(errors="replace").split("\0")[1:] if raw else []) if a]
         found.append(Check("earlyoom: args of the running process", running_args == want, " ".join(want)[:120],

@@ -57,13 +57,14 @@ def _shipped(name: str) -> str:
     """A node-side program of this role, shipped as it is (roles/earlyoom/NAME)."""
     return (Path(__file__).parent / name).read_text()
 
-def threshold_args(settings: EarlyoomSettings, memory_total_bytes: int | None) -> list[str]:
+
+def threshold_args(settings: EarlyoomSettings) -> list[str]:
     """-m/-s lines. Swap is made irrelevant (-s 100,100): a unified-memory node must not thrash first."""
     return ["-m", f"{_num(settings.term_percent)},{_num(settings.kill_percent)}", "-s", "100,100"]
 
 
-def earlyoom_args(settings: EarlyoomSettings, memory_total_bytes: int | None) -> list[str]:
-    args = threshold_args(settings, memory_total_bytes)
+def earlyoom_args(settings: EarlyoomSettings) -> list[str]:
+    args = threshold_args(settings)
     args += ["-r", str(settings.report_interval_s)]
     args += ["--prefer", prefer_regex(settings.prefer_extra, settings.prefer_plain_python)]
     args += ["--avoid", avoid_regex(settings.avoid_extra)]
@@ -123,7 +124,7 @@ def _lines(settings: EarlyoomSettings, total: int | None) -> dict[str, str]:
 
 def earlyoom_guard(settings: EarlyoomSettings, total: int | None, paths: dict[str, str]) -> GuardParts:
     """earlyoom 1.7: -m lines of MemTotal; the -N hook records each kill. (packages, files, services)"""
-    args = earlyoom_args(settings, total)
+    args = earlyoom_args(settings)
     defaults = render_template(
         "earlyoom/default.j2", args=" ".join(shlex.quote(a) for a in args), **_lines(settings, total),
         prefer=prefer_regex(settings.prefer_extra, settings.prefer_plain_python), avoid=avoid_regex(settings.avoid_extra),
