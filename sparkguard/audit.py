@@ -224,57 +224,52 @@ def _left_behind(state: DesiredState, rt: dict[str, str]) -> list[str]:
     return left
 
 
-def evaluate(entry: InventoryHost, states: list[DesiredState], probe: ProbeOutput) -> list[Check]:
-    """Every check of one host, from its desired states and what the probe saw."""
-    audit = HostAudit(entry.name)
+def _state_checks(state: DesiredState, probe: ProbeOutput) -> list[Check]:
+    """The node against one desired state: packages, files, services, sysctls, edits, ensures, absent things."""
+    audit = HostAudit(state.role)
     add = audit.add
     info, rt = probe.info, probe.runtime
-    cfg = entry.config
-    roles = {s.role: s for s in states}
+    if state.packages:
+        missing = [p for p in state.packages if probe.packages.get(p) != "installed"]
+        add(f"{state.role}: packages", not missing, "installed: " + ", ".join(state.packages),
+            "missing: " + ", ".join(missing) if missing else "all installed")
+    if state.files:
+        problems = [p for m in state.files if (p := file_problem(m, probe.files.get(m.path)))]
+        add(f"{state.role}: files", not problems, f"{len(state.files)} files as rendered",
+            short(problems) if problems else f"{len(state.files)} files match")
+    if state.services:
+        problems = [p for s in state.services if (p := _service_problem(s, probe.services.get(s.name)))]
+        add(f"{state.role}: services", not problems,
+            ", ".join(s.name for s in state.services if s.running or s.masked is not None or s.enabled),
+            short(problems) if problems else "as desired")
+    if state.sysctls:
+        wrong = [f"{k} = {probe.sysctls.get(k, '?')}" for k, v in sorted(state.sysctls.items())
+                 if probe.sysctls.get(k) != " ".join(v.split())]
+        expected = ", ".join(f"{k} = {v}" for k, v in sorted(state.sysctls.items()))
+        if wrong and info.container:
+            add(f"{state.role}: sysctls", True, expected,
+                f"container: the values are the host kernel's ({', '.join(wrong)}); the file is installed")
+        else:
+            add(f"{state.role}: sysctls", not wrong, expected, ", ".join(wrong) if wrong else "live")
+    for index, edit in enumerate(state.edits):
+        current = probe.edits.get(f"{state.role}.{index}")
+        ok = current is None or edit.transform(current) == current
+        add(f"{state.role}: {edit.path}", ok, edit.description,
+            "absent (nothing to edit)" if current is None else ("as desired" if ok else "not yet edited"))
+    for index, item in enumerate(state.ensures):
+        ok = probe.ensures.get(ensure_key(state, index), False)
+        add(f"{state.role}: {item.description}", ok, "holds", "holds" if ok else "does not hold")
+    if state.absent_files or state.absent_instances:
+        left = _left_behind(state, rt)
+        add(f"{state.role}: nothing left that it no longer has", not left,
+            "no file or instance the inventory dropped", short(left) if left else "none")
+    return audit.checks
 
-    # Generic: an apply that died half-way (pending restarts, staged or uploaded files) says so.
-    leftovers = rt.get("leftovers", "").split()
-    add("apply: nothing left half-done", not leftovers, "no pending restart, no staged or uploaded file",
-        short(leftovers) if leftovers else "none")
 
-    # Generic: the node against each role's desired state.
-    for state in states:
-        if state.packages:
-            missing = [p for p in state.packages if probe.packages.get(p) != "installed"]
-            add(f"{state.role}: packages", not missing, "installed: " + ", ".join(state.packages),
-                "missing: " + ", ".join(missing) if missing else "all installed")
-        if state.files:
-            problems = [p for m in state.files if (p := file_problem(m, probe.files.get(m.path)))]
-            add(f"{state.role}: files", not problems, f"{len(state.files)} files as rendered",
-                short(problems) if problems else f"{len(state.files)} files match")
-        if state.services:
-            problems = [p for s in state.services if (p := _service_problem(s, probe.services.get(s.name)))]
-            add(f"{state.role}: services", not problems,
-                ", ".join(s.name for s in state.services if s.running or s.masked is not None or s.enabled),
-                short(problems) if problems else "as desired")
-        if state.sysctls:
-            wrong = [f"{k} = {probe.sysctls.get(k, '?')}" for k, v in sorted(state.sysctls.items())
-                     if probe.sysctls.get(k) != " ".join(v.split())]
-            expected = ", ".join(f"{k} = {v}" for k, v in sorted(state.sysctls.items()))
-            if wrong and info.container:
-                add(f"{state.role}: sysctls", True, expected,
-                    f"container: the values are the host kernel's ({', '.join(wrong)}); the file is installed")
-            else:
-                add(f"{state.role}: sysctls", not wrong, expected, ", ".join(wrong) if wrong else "live")
-        for index, edit in enumerate(state.edits):
-            current = probe.edits.get(f"{state.role}.{index}")
-            ok = current is None or edit.transform(current) == current
-            add(f"{state.role}: {edit.path}", ok, edit.description,
-                "absent (nothing to edit)" if current is None else ("as desired" if ok else "not yet edited"))
-        for index, item in enumerate(state.ensures):
-            ok = probe.ensures.get(ensure_key(state, index), False)
-            add(f"{state.role}: {item.description}", ok, "holds", "holds" if ok else "does not hold")
-        if state.absent_files or state.absent_instances:
-            left = _left_behind(state, rt)
-            add(f"{state.role}: nothing left that it no longer has", not left,
-                "no file or instance the inventory dropped", short(left) if left else "none")
-
-    # sshd: the listener is spared, sessions (and the jobs started in them) are not.
+def _sshd_checks(rt: dict[str, str]) -> list[Check]:
+    """The listener is spared, sessions (and the jobs started in them) are not."""
+    audit = HostAudit("sshd")
+    add = audit.add
     listener = rt.get("ssh_listener_adj", "")
     can_lower = rt.get("can_lower") == "1"
     if not rt.get("ssh_listener_pid"):
@@ -290,6 +285,25 @@ def evaluate(entry: InventoryHost, states: list[DesiredState], probe: ProbeOutpu
     unit_adj = rt.get("ssh_unit_adj", "")
     add("sshd: ssh.service OOMScoreAdjust", unit_adj != "-1000", "not -1000 (every session would inherit it)",
         unit_adj or "unset")
+    return audit.checks
+
+
+def evaluate(entry: InventoryHost, states: list[DesiredState], probe: ProbeOutput) -> list[Check]:
+    """Every check of one host, from its desired states and what the probe saw."""
+    audit = HostAudit(entry.name)
+    add = audit.add
+    rt = probe.runtime
+    cfg = entry.config
+    roles = {s.role: s for s in states}
+
+    # Generic: an apply that died half-way (pending restarts, staged or uploaded files) says so.
+    leftovers = rt.get("leftovers", "").split()
+    add("apply: nothing left half-done", not leftovers, "no pending restart, no staged or uploaded file",
+        short(leftovers) if leftovers else "none")
+
+    for state in states:
+        audit.checks += _state_checks(state, probe)
+    audit.checks += _sshd_checks(rt)
 
     # What each role knows about itself (Role.audit_checks), judged against the variant the node is.
     for role in registry.roles():
