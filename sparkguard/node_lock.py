@@ -45,8 +45,8 @@ def holder_description() -> str:
 def lock_command(holder: str, sudo: bool, wait_s: int | None = None) -> str:
     """The node-side holder: take the lock or say who has it; then keep it until stdin ends."""
     if wait_s is None:
-        wait_s = int(os.environ.get("SPARKGUARD_LOCK_WAIT_S", WAIT_S)) if os.environ.get(
-            "SPARKGUARD_LOCK_WAIT_S", "").isdigit() else WAIT_S
+        raw = os.environ.get("SPARKGUARD_LOCK_WAIT_S", "")
+        wait_s = int(raw) if raw.isdigit() else WAIT_S
     script = (
         f"umask 077; exec 9<>{LOCK_FILE} || exit 70; "
         f"if flock -w {int(wait_s)} 9; then printf '%s\\n' {shlex.quote(holder)} >{LOCK_FILE}; "
@@ -61,11 +61,11 @@ def lock_command(holder: str, sudo: bool, wait_s: int | None = None) -> str:
 class NodeLock:
     """A held lock; ``release`` (or the connection ending) lets the next apply in."""
 
-    channel: object
+    channel: paramiko.Channel
 
     def release(self) -> None:
         try:
-            self.channel.close()  # type: ignore[attr-defined]
+            self.channel.close()
         except Exception:  # noqa: BLE001 - the connection may be gone already, which releases it too
             pass
 

@@ -41,3 +41,10 @@ def test_holder_text_is_quoted_and_printable():
     out = subprocess.run(["sh", "-c", f"printf '%s' {command[len('sudo -n sh -c '):]}"], capture_output=True,
                          text=True, timeout=10).stdout
     assert "printf '%s\\n' 'x'\"'\"'; touch /tmp/sg-pwn; '\"'\"''" in out
+
+
+def test_the_wait_comes_from_the_environment_when_it_is_a_number(monkeypatch):
+    monkeypatch.setenv("SPARKGUARD_LOCK_WAIT_S", "3")
+    assert "flock -w 3 9" in node_lock.lock_command("h", sudo=False)
+    monkeypatch.setenv("SPARKGUARD_LOCK_WAIT_S", "3; reboot")
+    assert f"flock -w {node_lock.WAIT_S} 9" in node_lock.lock_command("h", sudo=False)
