@@ -8,6 +8,7 @@ the node by an ``Ensure`` or stays inert, and ``sparkguard audit`` reports it.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from sparkguard.layout import LIB_DIR, STATE_DIR, SYSCTL_CHECK, TEXTFILE_DIR, dropin_path, unit_path
 from sparkguard.role import RoleContext
@@ -68,6 +69,12 @@ def sysctls(settings: RecoverySettings) -> dict[str, str]:
     return values
 
 
+
+def boot_report_args(report: Any) -> str:
+    """What the unit passes to boot-report after start|stop (``report``: RecoverySettings.boot_report)."""
+    return (f"--marker {BOOT_MARKER} --verdict {BOOT_VERDICT} --textfile {BOOT_TEXTFILE} --last {LAST_UNCLEAN} "
+            f"--earlyoom-lines {int(report.earlyoom_lines)} --memory-samples {int(report.memory_samples)}")
+
 def desired_state(ctx: RoleContext) -> DesiredState:
     settings: RecoverySettings = ctx.settings("recovery")
     files: list[ManagedFile] = []
@@ -120,9 +127,7 @@ def desired_state(ctx: RoleContext) -> DesiredState:
         names = {"marker": BOOT_MARKER, "verdict": BOOT_VERDICT, "textfile": BOOT_TEXTFILE,
                  "last_unclean": LAST_UNCLEAN, "earlyoom_lines": report.earlyoom_lines,
                  "memory_samples": report.memory_samples, "script": BOOT_REPORT}
-        names["args"] = (f"--marker {BOOT_MARKER} --verdict {BOOT_VERDICT} --textfile {BOOT_TEXTFILE} "
-                         f"--last {LAST_UNCLEAN} --earlyoom-lines {int(report.earlyoom_lines)} "
-                         f"--memory-samples {int(report.memory_samples)}")
+        names["args"] = boot_report_args(report)
         files.append(ManagedFile(BOOT_REPORT, BOOT_REPORT_SOURCE.read_text(), mode="0755", validate="sh -n {path}"))
         files.append(ManagedFile(unit_path(BOOT_REPORT_UNIT), render_template(
             "recovery/boot-report.service.j2", **names,

@@ -88,9 +88,11 @@ def test_recovery_pieces_are_live(node, inventory):
 
 def test_boot_report_detects_a_leftover_marker(node, inventory):
     """A boot that never ran ExecStop leaves the marker: the next start reports it (simulated in place)."""
-    run_deploy(load_inventory(inventory), site_deploy)
+    loaded = load_inventory(inventory)
+    run_deploy(loaded, site_deploy)
+    args = rs.boot_report_args(loaded.hosts[0].config.recovery.boot_report)  # what its unit passes
     rc, out, err = node.ssh("node-1", f"rm -f {rs.BOOT_VERDICT} && test -f {rs.BOOT_MARKER} && "
-                                      f"{rs.BOOT_REPORT} start && cat {rs.BOOT_TEXTFILE} {rs.LAST_UNCLEAN}")
+                                      f"{rs.BOOT_REPORT} start {args} && cat {rs.BOOT_TEXTFILE} {rs.LAST_UNCLEAN}")
     assert rc == 0, err
     assert "sparkguard_previous_boot_unclean 1" in out and "previous boot ended uncleanly" in out
     journal = node.ssh("node-1", "journalctl -t sparkguard-boot-report --no-pager")[1]
