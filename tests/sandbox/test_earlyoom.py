@@ -30,7 +30,7 @@ def cmdline(sandbox_nodes, node="node-1") -> list[str]:
 
 def test_earlyoom_runs_with_unified_memory_lines_and_second_apply_is_clean(sandbox_nodes):
     first = apply(sandbox_nodes.inventory_dir)
-    assert first.ok, first.as_dict()
+    assert first.ok, json.dumps(first.as_dict(), indent=1, default=str)
     second = apply(sandbox_nodes.inventory_dir)
     assert second.changed == 0, [h.changed_names for h in second.hosts]
     for node in ("node-1", "node-2"):

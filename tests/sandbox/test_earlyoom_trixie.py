@@ -7,6 +7,8 @@ used, and the incident replay under nohang.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from sparkguard.audit import run_audit
@@ -56,7 +58,7 @@ def test_earlyoom_declared_on_1_8_is_refused_before_anything_is_applied(trixie_n
 def test_auto_gives_nohang_at_lines_of_memtotal_and_the_second_apply_is_clean(trixie_node):
     inventory = load_inventory(trixie_node.inventory_dir)
     first = run_deploy(inventory, site_deploy)
-    assert first.ok, first.as_dict()
+    assert first.ok, json.dumps(first.as_dict(), indent=1, default=str)
     assert first.hosts[0].described["guard"].startswith("nohang 0."), first.hosts[0].described
     assert "1.8.2" in first.hosts[0].described["guard_reason"]
     second = run_deploy(inventory, site_deploy)
@@ -79,7 +81,7 @@ def test_auto_gives_nohang_at_lines_of_memtotal_and_the_second_apply_is_clean(tr
 def test_switching_guards_leaves_exactly_one_running(trixie_node, tmp_path):
     accepted = trixie_node.inventory_with(tmp_path / "inv", extra_all_vars=ACCEPT)
     to_earlyoom = run_deploy(load_inventory(accepted), site_deploy)
-    assert to_earlyoom.ok, to_earlyoom.as_dict()
+    assert to_earlyoom.ok, json.dumps(to_earlyoom.as_dict(), indent=1, default=str)
     assert to_earlyoom.hosts[0].described["guard"] == "earlyoom 1.8.2"
     assert running_guards(trixie_node) == ["earlyoom"]
     states = guard_states(trixie_node)
@@ -131,7 +133,7 @@ def nohang_lab(trixie_node, tmp_path_factory):
             extra_all_vars=f"    earlyoom: {{term_percent: {plan.term_percent}, kill_percent: {plan.kill_percent}, "
                            f"report_interval_s: 1, gpu_ranking_interval_s: 0.5}}\n")
         result = run_deploy(load_inventory(inventory), site_deploy)
-        assert result.ok and result.hosts[0].described["guard"].startswith("nohang"), result.as_dict()
+        assert result.ok and result.hosts[0].described["guard"].startswith("nohang"), json.dumps(result.as_dict(), indent=1, default=str)
         yield plan
     remove_tools(trixie_node, NODE)
     assert run_deploy(load_inventory(trixie_node.inventory_dir), site_deploy).ok

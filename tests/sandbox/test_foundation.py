@@ -25,11 +25,11 @@ def apply(inventory_dir: Path, factory=site_deploy):
 
 def test_apply_site_to_two_nodes_then_second_apply_changes_nothing(sandbox_nodes):
     first = apply(sandbox_nodes.inventory_dir)
-    assert first.ok, first.as_dict()
+    assert first.ok, json.dumps(first.as_dict(), indent=1, default=str)
     assert [h.host for h in first.hosts] == list(NODES)
 
     second = apply(sandbox_nodes.inventory_dir)
-    assert second.ok, second.as_dict()
+    assert second.ok, json.dumps(second.as_dict(), indent=1, default=str)
     assert second.changed == 0, [h.changed_names for h in second.hosts]
     assert all(h.operations > 0 for h in second.hosts)
 
@@ -167,7 +167,7 @@ def test_sudo_user_applies_the_same_state(sandbox_nodes, tmp_path):
     (tmp_path / "inv").mkdir()
     (tmp_path / "inv" / "hosts.yml").write_text(text)
     result = apply(tmp_path / "inv")
-    assert result.ok, result.as_dict()
+    assert result.ok, json.dumps(result.as_dict(), indent=1, default=str)
     assert result.changed == 0
     # A change under sudo uploads through the SSH user's private 0700 directory, never /tmp.
     count_tmp = "ls /tmp | grep -c '^pyinfra-' || true"
@@ -175,7 +175,7 @@ def test_sudo_user_applies_the_same_state(sandbox_nodes, tmp_path):
     (tmp_path / "inv" / "hosts.yml").write_text(text.replace("    node:\n", "    base: {contact: via-sudo}\n    node:\n", 1))
     try:
         changed = apply(tmp_path / "inv")
-        assert changed.ok and changed.changed >= 1, changed.as_dict()
+        assert changed.ok and changed.changed >= 1, json.dumps(changed.as_dict(), indent=1, default=str)
         assert _contact_on(sandbox_nodes, "node-1") == "via-sudo"
         rc, out, err = sandbox_nodes.ssh("node-1", "stat -c '%a %U' ~ops/.sparkguard-upload; "
                                                    "ls -A ~ops/.sparkguard-upload; " + count_tmp)

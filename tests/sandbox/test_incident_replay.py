@@ -8,6 +8,8 @@ order must come from the marks and the GPU ranking agent, not from RSS.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from sparkguard.converge import site_deploy
@@ -31,7 +33,7 @@ def lab_lines(sandbox_nodes, tmp_path_factory):
         extra_all_vars=f"    earlyoom: {{term_percent: {plan.term_percent}, kill_percent: {plan.kill_percent}, "
                        f"report_interval_s: 1, gpu_ranking_interval_s: 0.5}}\n")
     result = run_deploy(load_inventory(inventory), site_deploy)
-    assert result.ok, result.as_dict()
+    assert result.ok, json.dumps(result.as_dict(), indent=1, default=str)
     yield plan
     patch.undo()
     remove_tools(sandbox_nodes, NODE)

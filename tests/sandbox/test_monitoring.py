@@ -127,7 +127,7 @@ def main_pid(mon, unit: str) -> str:
 
 def test_apply_scrapes_node_exporter_on_loopback_and_second_apply_is_clean(mon, inventory):
     first = apply(inventory)
-    assert first.ok, first.as_dict()
+    assert first.ok, json.dumps(first.as_dict(), indent=1, default=str)
     second = apply(inventory)
     assert second.ok and second.changed == 0, [h.changed_names for h in second.hosts]
 
@@ -188,7 +188,7 @@ def test_rule_change_reloads_prometheus_without_restart(mon, inventory, tmp_path
     exporter_pid = main_pid(mon, "prometheus-node-exporter")
     changed = mon.inventory_with(tmp_path / "inv", extra_all_vars=monitoring_vars("warn_for: 7m"))
     result = apply(changed)
-    assert result.ok, result.as_dict()
+    assert result.ok, json.dumps(result.as_dict(), indent=1, default=str)
     assert main_pid(mon, "prometheus") == pid
     assert main_pid(mon, "prometheus-node-exporter") == exporter_pid
 
@@ -227,7 +227,7 @@ def test_broken_rule_fails_validation_and_live_config_stays(mon, inventory, tmp_
     assert mon.ssh("node-1", "systemctl is-active prometheus")[1].strip() == "active"
     # Only node.json (role base records the settings, the broken ones included) changes back.
     again = apply(inventory)
-    assert again.ok and all("node.json" in name for h in again.hosts for name in h.changed_names), again.as_dict()
+    assert again.ok and all("node.json" in name for h in again.hosts for name in h.changed_names), json.dumps(again.as_dict(), indent=1, default=str)
 
 
 def test_memory_alert_fires_and_earlyoom_kill_reaches_prometheus(mon, tmp_path):
@@ -251,7 +251,7 @@ def test_memory_alert_fires_and_earlyoom_kill_reaches_prometheus(mon, tmp_path):
             f"    earlyoom: {{term_percent: {plan.term_percent}, kill_percent: {plan.kill_percent}, "
             f"report_interval_s: 1}}\n")
         result = apply(lab)
-        assert result.ok, result.as_dict()
+        assert result.ok, json.dumps(result.as_dict(), indent=1, default=str)
         install_tools(mon, "node-1")
         mon.ssh("node-1", f"rm -f {HOOK_LOG}; systemctl is-active -q sg-standin || "
                           "systemd-run --unit sg-standin -q /usr/local/bin/sg-standin")

@@ -55,9 +55,9 @@ def peers(tmp_path_factory):
             f"      web: {{basic_auth_user: {USER}, basic_auth_password_env: SG_PEERS_WEB_PASSWORD,"
             f" tls_cert_file: '{cert}', tls_key_file: '{key}'}}\n"))
         result = run_deploy(load_inventory(inventory), site_deploy)
-        assert result.ok, result.as_dict()
+        assert result.ok, json.dumps(result.as_dict(), indent=1, default=str)
         again = run_deploy(load_inventory(inventory), site_deploy)
-        assert again.ok and again.changed == 0, again.as_dict()
+        assert again.ok and again.changed == 0, json.dumps(again.as_dict(), indent=1, default=str)
         handle.secured_inventory = inventory
         yield handle
     os.environ.pop("SG_PEERS_WEB_PASSWORD", None)

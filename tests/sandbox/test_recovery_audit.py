@@ -58,7 +58,7 @@ def test_fresh_node_audits_red_then_apply_makes_it_green(node, inventory):
             "recovery: systemd watchdog live (RuntimeWatchdogSec=60s, RebootWatchdogSec=600s)"} <= set(red), red
 
     first = run_deploy(load_inventory(inventory), site_deploy)
-    assert first.ok, first.as_dict()
+    assert first.ok, json.dumps(first.as_dict(), indent=1, default=str)
     second = run_deploy(load_inventory(inventory), site_deploy)
     assert second.ok and second.changed == 0, second.hosts[0].changed_names
 

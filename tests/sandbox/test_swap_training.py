@@ -20,7 +20,7 @@ TARGET = "sparkguard-training.target"
 
 def apply(inventory_dir):
     result = run_deploy(load_inventory(inventory_dir), site_deploy)
-    assert result.ok, result.as_dict()
+    assert result.ok, json.dumps(result.as_dict(), indent=1, default=str)
     return result
 
 

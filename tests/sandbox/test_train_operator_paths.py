@@ -36,7 +36,7 @@ TRAINER = "sh -c 'echo $$ > /run/sg-ctr-trainer.pid; while :; do sleep 0.2; done
 @pytest.fixture(scope="module")
 def node(sandbox_nodes):
     result = run_deploy(load_inventory(sandbox_nodes.inventory_dir), site_deploy)
-    assert result.ok, result.as_dict()
+    assert result.ok, json.dumps(result.as_dict(), indent=1, default=str)
     target = f"{sandbox_nodes.node(NODE).rootfs}/usr/local/bin/docker"
     with open(target, "w") as handle:
         handle.write((REPO / "tools" / "fake-docker").read_text())

@@ -116,7 +116,7 @@ def main_pid(node) -> int:
 
 def test_apply_starts_the_server_with_budget_sizes_and_second_apply_is_clean(node):
     first = apply(node.shrink)
-    assert first.ok, first.as_dict()
+    assert first.ok, json.dumps(first.as_dict(), indent=1, default=str)
     assert TOKEN not in json.dumps(first.as_dict())
     second = apply(node.shrink)
     assert second.ok and second.changed == 0, [h.changed_names for h in second.hosts]
@@ -173,7 +173,7 @@ def test_shrink_follows_the_training_target(node):
 
 def test_stop_policy_stops_serving_for_the_length_of_training(node):
     result = apply(node.stop)
-    assert result.ok, result.as_dict()
+    assert result.ok, json.dumps(result.as_dict(), indent=1, default=str)
     assert apply(node.stop).changed == 0
     wait_for(lambda: standin(node), what="the server")
     sh(node, f"systemctl start {TARGET}")
@@ -196,7 +196,7 @@ def test_preflight_counts_what_entering_training_mode_frees(node, tmp_path):
     inventory = node.inventory_with(tmp_path / "preflight",
                                     settings("shrink").replace("swap: {enabled: false}", "swap: {enabled: true}"))
     result = apply(inventory)
-    assert result.ok, result.as_dict()
+    assert result.ok, json.dumps(result.as_dict(), indent=1, default=str)
     wait_for(lambda: standin(node), what="the full-size server")
     rc, _, err = node.ssh(NODE, PREFLIGHT)
     assert rc == 0, err
@@ -222,7 +222,7 @@ def test_removed_instances_and_policies_leave_nothing_behind(node, tmp_path):
 
     alpha_keep = node.inventory_with(tmp_path / "alpha-keep", settings("keep"))
     first = apply(alpha_keep)
-    assert first.ok, first.as_dict()
+    assert first.ok, json.dumps(first.as_dict(), indent=1, default=str)
     assert sh(node, "systemctl is-active sparkguard-vllm@beta.service || true") != "active"
     assert sh(node, "systemctl is-enabled sparkguard-vllm@beta.service || true") != "enabled"
     assert sh(node, "ls /etc/sparkguard/vllm").split() == ["alpha.env", "alpha.yaml"]

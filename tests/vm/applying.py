@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from roles import ROLES
@@ -22,7 +23,7 @@ def vm_inventory(vm_node, directory: Path, extra_vars: str, keep: set[str]) -> P
 
 def apply(directory: Path):
     result = run_deploy(load_inventory(directory), site_deploy)
-    assert result.ok, result.as_dict()
+    assert result.ok, json.dumps(result.as_dict(), indent=1, default=str)
     return result
 
 
