@@ -31,12 +31,12 @@ from pyinfra.context import ctx_host, ctx_state
 
 from . import registry
 from .auditing import AuditView, Check, ProbeOutput, ensure_key, file_problem, short
-from .errors import ConfigError, Problem
 from .facts import PROBE, NodeInfo, parse_probe
 from .inventory import Inventory, InventoryHost
 from .operations import PENDING_DIR, STAGE_DIR, UPLOAD_DIR, MatchingFiles, TemplateUnits, instances_of
 from .render import host_states
 from .runner import ConnectErrors, connect_hosts, explain_connect_error, quiet_pyinfra
+from .selection import select_hosts
 from .state import DesiredState, Service
 
 # SSH round trips per host: the connection (key exchange + auth), then this many commands.
@@ -323,9 +323,7 @@ def run_audit(inventory: Inventory, limit: list[str] | None = None, verbose: boo
     pyinfra.is_cli = False
     quiet_pyinfra(verbose)
     get_host_keys.cache.clear()
-    entries = [h for h in inventory.hosts if not limit or h.name in limit or set(h.groups) & set(limit)]
-    if not entries:
-        raise ConfigError([Problem("", "--limit", limit, "matches no host or group in the inventory")])
+    entries = select_hosts(inventory, limit)
     scripts = {e.name: build_probe(e, probe_states(e)) for e in entries}
     py_inventory = PyinfraInventory(([(h.name, h.pyinfra_data()) for h in entries], {}))
     state = State()

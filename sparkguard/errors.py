@@ -72,3 +72,7 @@ class ConnectError(SparkguardError):
     """A node could not be reached; nothing was applied to any node."""
 
     exit_code = 1
+
+    def __init__(self, message: str, hosts: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.hosts = hosts  # the hosts that could not be reached, for a retry file

@@ -30,6 +30,7 @@ from .converge import PreflightError, node_info_cache
 from .errors import ConfigError, ConnectError, NodeBusyError, Problem
 from .facts import NodeInfo
 from .inventory import Inventory, InventoryHost
+from .selection import select_hosts
 
 
 @dataclass
@@ -150,9 +151,7 @@ def run_deploy(inventory: Inventory, deploy_factory: Callable[[], Callable[[], N
     # pyinfra memoizes known_hosts per process; a long-lived caller (tests, a
     # fixed known_hosts after a reimage) must see the file as it is now.
     get_host_keys.cache.clear()
-    entries = [h for h in inventory.hosts if not limit or h.name in limit or set(h.groups) & set(limit)]
-    if not entries:
-        raise ConfigError([Problem("", "--limit", limit, "matches no host or group in the inventory")])
+    entries = select_hosts(inventory, limit)
     groups: dict[str, tuple[list[str], dict[str, Any]]] = {
         g: ([m for m in members if any(e.name == m for e in entries)], {})
         for g, members in inventory.groups.items() if g != "all"}
@@ -171,7 +170,7 @@ def run_deploy(inventory: Inventory, deploy_factory: Callable[[], Callable[[], N
             raise ConnectError("\n\n".join(
                 f"host '{name}': {explain_connect_error(inventory.host(name), message)}"
                 for name, message in sorted(errors.errors.items())
-            ))
+            ), hosts=tuple(sorted(errors.errors)))
         if not dry:
             locks = lock_hosts(state, entries)
 

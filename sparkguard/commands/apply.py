@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -14,8 +15,10 @@ from rich.table import Table
 from ..advice import fleet_advice
 from ..console import console as make_console
 from ..converge import role_deploy, site_deploy
+from ..errors import ConnectError
 from ..inventory import load_inventory
 from ..runner import ApplyResult, run_deploy
+from ..selection import write_retry_file
 from . import Subcommands
 
 
@@ -23,7 +26,10 @@ def register(sub: Subcommands) -> None:
     parser = sub.add_parser("apply", help="apply the site (or one role) to every host in the inventory")
     parser.add_argument("inventory")
     parser.add_argument("--role", help="apply only this role (default: every enabled role)")
-    parser.add_argument("--limit", action="append", help="only these hosts or groups (repeatable)")
+    parser.add_argument("--limit", action="append", metavar="PATTERN",
+                        help="hosts or groups; comma lists, globs (spark-0*), !exclude, @FILE (a retry file); repeatable")
+    parser.add_argument("--retry-file", metavar="FILE",
+                        help="write the hosts that failed to FILE (removed when none did); retry with --limit @FILE")
     parser.add_argument("--dry", action="store_true", help="show what would change; change nothing")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.add_argument("-v", "--verbose", action="store_true", help="show pyinfra's own log")
@@ -70,10 +76,20 @@ def run(args: argparse.Namespace) -> int:
     inventory = load_inventory(args.inventory)
     for paragraph in fleet_advice(inventory):
         print(f"advice: {paragraph}", file=sys.stderr)
-    result = run_deploy(inventory, _deploy_factory(args.role), dry=args.dry, limit=args.limit,
-                        verbose=args.verbose)
+    try:
+        result = run_deploy(inventory, _deploy_factory(args.role), dry=args.dry, limit=args.limit,
+                            verbose=args.verbose)
+    except ConnectError as error:
+        if args.retry_file:  # nothing was applied anywhere: the unreachable hosts are the ones to retry
+            write_retry_file(Path(args.retry_file), list(error.hosts))
+        raise
+    failed = [host.host for host in result.hosts if not host.ok]
+    if args.retry_file:
+        write_retry_file(Path(args.retry_file), failed)
     if args.json:
         print(json.dumps(result.as_dict(), indent=2, sort_keys=True))
     else:
         print_report(result)
+        if failed and args.retry_file:
+            print(f"retry the failed hosts with: --limit @{args.retry_file}", file=sys.stderr)
     return 0 if result.ok else 1

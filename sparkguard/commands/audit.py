@@ -17,7 +17,8 @@ from . import Subcommands
 def register(sub: Subcommands) -> None:
     parser = sub.add_parser("audit", help="compare every node with what apply would give it (read-only)")
     parser.add_argument("inventory")
-    parser.add_argument("--limit", action="append", help="only these hosts or groups (repeatable)")
+    parser.add_argument("--limit", action="append", metavar="PATTERN",
+                        help="hosts or groups; comma lists, globs (spark-0*), !exclude, @FILE (a retry file); repeatable")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.add_argument("-v", "--verbose", action="store_true", help="show pyinfra's own log")
     parser.set_defaults(func=run)
