@@ -3,9 +3,14 @@
 Layout of an inventory directory::
 
     hosts.yml             all: {vars: {...}, hosts: {...}, children: {GROUP: {...}}}
-    group_vars/GROUP.yml  optional, overrides the group's inline vars
-    host_vars/HOST.yml    optional, overrides the host's inline vars
+                          (or the JSON of `ansible-inventory --list`, which brings INI and dynamic inventories)
+    group_vars/GROUP.yml  optional, overrides the group's inline vars (.yaml, .json and GROUP/*.yml too)
+    host_vars/HOST.yml    optional, overrides the host's inline vars (likewise)
     inventory.py          the adapter that lets plain `pyinfra` read this directory
+
+Ansible's forms are read as Ansible reads them (sparkguard.ansible_compat): host ranges
+(`spark-[01:03]`) and the connection keys `ansible_host/_port/_user/_become/_ssh_private_key_file`.
+A vars file nobody reads is an error, never silence.
 
 Precedence, low to high: role defaults < all < groups (parents before children,
 siblings by name) < host. Mappings merge key by key, so a group can set
@@ -25,11 +30,13 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from . import registry
+from .ansible_compat import AnsibleFormError, expand_host_range, from_inventory_list, is_inventory_list, translate_aliases
 from .errors import MISSING, ConfigError, Problem
 from .hostconfig import ConnectionSettings, HostConfig, host_config_model
 
 GROUP_KEYS = ("hosts", "vars", "children")
 HOSTS_FILE = "hosts.yml"
+VARS_SUFFIXES = (".yml", ".yaml", ".json")  # what Ansible's host_group_vars plugin reads
 
 
 @dataclass
@@ -221,6 +228,7 @@ class _Loader:
         self.host_groups: dict[str, list[str]] = {}
         self.host_inline: dict[str, dict[str, Any]] = {}
         self.group_members: dict[str, list[str]] = {}
+        self.group_files_read: set[str] = set()
 
     def load(self) -> None:
         document = _read_yaml(self.hosts_file, self.display)
@@ -229,14 +237,14 @@ class _Loader:
         if not isinstance(document, dict):
             self._problem("", "", type(document).__name__, "the top level must be a mapping of groups, e.g. `all:`")
             return
+        if is_inventory_list(document):
+            try:
+                document = from_inventory_list(document)
+            except AnsibleFormError as error:
+                self._problem("", "", "ansible-inventory --list output", f"cannot be read: {error}")
+                return
         top = document.get("all") or {}
         others = {k: v for k, v in document.items() if k != "all"}
-        if "_meta" in document or (isinstance(top, dict) and isinstance(top.get("children"), list)):
-            self._problem("", "", "ansible-inventory --list output",
-                          "this is the JSON of `ansible-inventory --list`, not an inventory file: write hosts.yml in "
-                          "YAML inventory form (all: / children: / hosts:), or export with `ansible-inventory --list "
-                          "--yaml`")
-            return
         if others and isinstance(top, dict) and isinstance(top.get("children") or {}, dict):
             # Top-level groups other than `all` are its children, as in Ansible.
             top = dict(top)
@@ -253,16 +261,41 @@ class _Loader:
             for entry in sorted(directory.iterdir()):
                 if entry.name.startswith("."):
                     continue  # .gitkeep and friends
-                name = entry.name[:-4] if entry.name.endswith(".yml") and entry.is_file() else None
+                if entry.is_dir():
+                    name: str | None = entry.name
+                    for inner in sorted(entry.iterdir()):
+                        if not inner.name.startswith(".") and not (inner.is_file() and inner.suffix in VARS_SUFFIXES):
+                            self._problem("", folder, f"{entry.name}/{inner.name}",
+                                          f"only *.yml, *.yaml and *.json files are read in {folder}/<{what}>/: rename or "
+                                          f"move it, or it would be silently ignored", _display(inner))
+                else:
+                    name = entry.name[:-len(entry.suffix)] if entry.is_file() and entry.suffix in VARS_SUFFIXES else None
                 if name is not None and name in known:
                     continue
                 if name is None:
-                    allowed = (f"only {folder}/<{what}>.yml files are read (not .yaml, not directories): rename or "
-                               f"move it, or it would be silently ignored")
+                    allowed = (f"only {folder}/<{what}>.yml, .yaml, .json or a {folder}/<{what}>/ directory of them is read: "
+                               f"rename or move it, or it would be silently ignored")
                 else:
                     hint = _did_you_mean(name, list(known))
                     allowed = f"no {what} named '{name}' in {self.display}{hint}: its settings would apply to nothing"
                 self._problem("", folder, entry.name, allowed, _display(entry))
+
+    def _vars_layers(self, folder: str, name: str, host: str) -> list[tuple[str, dict[str, Any]]]:
+        """A group's or host's vars files, as Ansible reads them: NAME.yml, .yaml, .json, then NAME/*.{yml,yaml,json} sorted."""
+        directory = self.root / folder
+        paths = [directory / f"{name}{suffix}" for suffix in VARS_SUFFIXES]
+        if (directory / name).is_dir():
+            paths += sorted(p for p in (directory / name).iterdir() if p.suffix in VARS_SUFFIXES and not p.name.startswith("."))
+        layers = []
+        for path in paths:
+            if not path.is_file():
+                continue
+            data = _read_yaml(path, _display(path)) or {}
+            if isinstance(data, dict):
+                layers.append((_display(path), data))
+            else:
+                self._problem(host, "", data, f"a {folder} file must be a mapping", _display(path))
+        return layers
 
     def _problem(self, host: str, path: str, value: Any, allowed: str, source: str | None = None) -> None:
         self.problems.append(Problem(host, path, value, allowed, source or self.display))
@@ -291,13 +324,9 @@ class _Loader:
             inline = {}
         if inline:
             layers.append((f"{self.display} (group {name} vars)", inline))
-        group_file = self.root / "group_vars" / f"{name}.yml"
-        if group_file.is_file() and not any(label.startswith(_display(group_file)) for label, _ in layers):
-            data = _read_yaml(group_file, _display(group_file)) or {}
-            if isinstance(data, dict):
-                layers.append((_display(group_file), data))
-            else:
-                self._problem("", "", data, "a group_vars file must be a mapping", _display(group_file))
+        if name not in self.group_files_read:  # a group listed twice (under two parents) reads its files once
+            self.group_files_read.add(name)
+            layers.extend(self._vars_layers("group_vars", name, ""))
 
         hosts = body.get("hosts") or {}
         if isinstance(hosts, list) and all(isinstance(h, str) for h in hosts):
@@ -305,7 +334,7 @@ class _Loader:
         if not isinstance(hosts, dict):
             self._problem("", f"group {name}.hosts", hosts, "hosts must be a mapping of host name: vars")
             hosts = {}
-        for host, host_vars in hosts.items():
+        for host, host_vars in self._expand_ranges(name, hosts):
             reason = name_problem(host)
             if reason:
                 self._problem("", "host", host[:80] if isinstance(host, str) else host, reason)
@@ -332,6 +361,19 @@ class _Loader:
         for child, child_body in children.items():
             self._walk_group(child if isinstance(child, str) else repr(child), child_body, depth + 1, lineage)
 
+    def _expand_ranges(self, group: str, hosts: dict[Any, Any]) -> list[tuple[Any, Any]]:
+        """Host entries with Ansible ranges (``spark-[01:03]``) expanded; each gets a copy of the entry's vars."""
+        expanded: list[tuple[Any, Any]] = []
+        for host, host_vars in hosts.items():
+            if not isinstance(host, str) or "[" not in host:
+                expanded.append((host, host_vars))
+                continue
+            try:
+                expanded.extend((name, _copy(host_vars)) for name in expand_host_range(host))
+            except AnsibleFormError as error:
+                self._problem("", f"group {group}.hosts", host[:80], str(error))
+        return expanded
+
     def layers_for(self, host: str) -> list[tuple[str, dict[str, Any]]]:
         groups = sorted(self.host_groups.get(host, ["all"]), key=lambda g: (self.group_depth.get(g, 0), g))
         layers: list[tuple[str, dict[str, Any]]] = []
@@ -339,14 +381,14 @@ class _Loader:
             layers.extend(self.group_layers.get(group, []))
         if self.host_inline.get(host):
             layers.append((f"{self.display} (host {host})", self.host_inline[host]))
-        host_file = self.root / "host_vars" / f"{host}.yml"
-        if host_file.is_file():
-            data = _read_yaml(host_file, _display(host_file)) or {}
-            if isinstance(data, dict):
-                layers.append((_display(host_file), data))
-            else:
-                self._problem(host, "", data, "a host_vars file must be a mapping", _display(host_file))
-        return layers
+        layers.extend(self._vars_layers("host_vars", host, host))
+        translated = []
+        for label, layer in layers:
+            renamed, conflicts = translate_aliases(layer)
+            for key, value, why in conflicts:
+                self._problem(host, str(key), value, why, label)
+            translated.append((label, renamed))
+        return translated
 
 
 def _display(path: Path) -> str:

@@ -20,8 +20,9 @@ from tests.reporting import report
 GOOD_HOST = "all:\n  vars:\n    node: {memory_total_gib: 121.7}\n  hosts:\n    spark-01: {ssh_host: 192.0.2.11}\n"
 LAUGHS = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
     f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 9)}]\n" for i in range(8))
-ANSIBLE_LIST = json.dumps({"_meta": {"hostvars": {"spark-01": {"ansible_host": "192.0.2.11"}}},
-                           "all": {"children": ["ungrouped", "spark"]}, "spark": {"hosts": ["spark-01"]}})
+ANSIBLE_CYCLE = json.dumps({"_meta": {"hostvars": {"spark-01": {"ansible_host": "192.0.2.11"}}},
+                            "all": {"children": ["a"]}, "a": {"children": ["b"]}, "b": {"children": ["a"]}})
+ANSIBLE_HOSTS_STRING = json.dumps({"_meta": {"hostvars": {}}, "all": {"children": ["spark"]}, "spark": {"hosts": "spark-01"}})
 
 # name -> (hosts.yml bytes, extra files {relative path: bytes})
 CASES: dict[str, tuple[bytes, dict[str, bytes]]] = {
@@ -42,9 +43,11 @@ CASES: dict[str, tuple[bytes, dict[str, bytes]]] = {
     "hf_token_file: /dev/zero": (b"all:\n  vars:\n    node: {memory_total_gib: 121.7, device_profile: cpu-only}\n"
                                  b"    vllm: {hf_token_file: /dev/zero, models: {m: {model: org/m, shape: Llama-3.1-8B}}}\n"
                                  b"  hosts:\n    h: {ssh_host: 192.0.2.1}\n", {}),
-    "ansible-inventory --list JSON": (ANSIBLE_LIST.encode(), {}),
-    "group_vars/spark.yaml (ignored extension)": (GOOD_HOST.encode(), {"group_vars/all.yaml": b"earlyoom: {term_percent: 9}\n"}),
-    "group_vars/all/main.yml (directory layout)": (GOOD_HOST.encode(), {"group_vars/all/main.yml": b"earlyoom: {}\n"}),
+    "ansible-inventory --list JSON with a group cycle": (ANSIBLE_CYCLE.encode(), {}),
+    "ansible-inventory --list JSON, hosts as a string": (ANSIBLE_HOSTS_STRING.encode(), {}),
+    "a host range of a million hosts": (b"all:\n  hosts:\n    node-[000000:999999]: {ssh_host: 192.0.2.1}\n", {}),
+    "group_vars/all.txt (ignored extension)": (GOOD_HOST.encode(), {"group_vars/all.txt": b"earlyoom: {term_percent: 9}\n"}),
+    "group_vars/all/notes.txt (not a vars file)": (GOOD_HOST.encode(), {"group_vars/all/notes.txt": b"earlyoom: {}\n"}),
     "group_vars for no such group": (GOOD_HOST.encode(), {"group_vars/sprak.yml": b"earlyoom: {term_percnt: 9}\n"}),
     "host_vars for no such host": (GOOD_HOST.encode(), {"host_vars/spark-1.yml": b"earlyoom: {}\n"}),
     "empty file": (b"", {}),
