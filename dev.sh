@@ -77,6 +77,7 @@ quickstart() {
 The sandbox node keeps running. Try: sparkguard sandbox status; ssh into it with
   ssh -i /var/lib/sparkguard/sandbox/ssh/id_ed25519 -o UserKnownHostsFile=/var/lib/sparkguard/sandbox/known_hosts root@127.0.10.1
 Stop it with: $VENV/bin/sparkguard sandbox down
+To call sparkguard by name: export PATH="$VENV/bin:\$PATH"
 TXT
 }
 

@@ -25,7 +25,9 @@ def register(sub: Subcommands) -> None:
     parser.add_argument("--seq-len", type=int, default=2048, help="tokens per sample")
     parser.add_argument("--micro-batch", type=int, default=1, help="samples per forward pass")
     parser.add_argument("--dtype", choices=DTYPES, default="bf16")
-    parser.add_argument("--gradient-checkpointing", action=argparse.BooleanOptionalAction, default=False)
+    # On by default, as in the inventory (budget.training.gradient_checkpointing): one command, one number.
+    parser.add_argument("--gradient-checkpointing", action=argparse.BooleanOptionalAction, default=True,
+                        help="activation checkpointing (default: on, as the inventory's default)")
     parser.add_argument("--attn", choices=ATTENTION, default="sdpa", help="attention implementation")
     parser.add_argument("--loss", choices=LOSSES, default="standard", help="chunked = fused linear cross-entropy")
     parser.add_argument("--budget-gib", type=float, help="also report the longest seq_len that fits this many GiB")

@@ -21,4 +21,10 @@ def run(args: argparse.Namespace) -> int:
     print(f"{inventory.path}: {len(inventory.hosts)} host(s) valid: {', '.join(h.name for h in inventory.hosts)}")
     for paragraph in fleet_advice(inventory):
         print(f"advice: {paragraph}", file=sys.stderr)
+    offline = [h.name for h in inventory.hosts if h.config.node.memory_total_gib is None]
+    if offline:
+        # Valid for apply, which reads MemTotal from the node; render and plan work offline and refuse.
+        print(f"note: node.memory_total_gib is not declared for {', '.join(offline)}: apply reads it from the node, "
+              f"but render and plan (offline) need it; declare it (DGX Spark: 121.7) to review this inventory "
+              f"without the nodes", file=sys.stderr)
     return 0

@@ -321,6 +321,21 @@ def test_cli_table_shows_gb_and_gib(sparkguard):
     assert f"{largest_seq_len(INCIDENT, 100 * GIB):,}" in out
 
 
+def test_cli_defaults_match_the_inventory_defaults(sparkguard):
+    """The README's incident number comes out without flags: checkpointing is on by default, as in the inventory."""
+    from roles.budget.settings import TrainingJob
+
+    code, out, _ = sparkguard("estimate", "--model", "gemma-4-26B-A4B", "--method", "lora", "--rank", "16",
+                              "--seq-len", "8000", "--json")
+    assert code == 0
+    data = json.loads(out)
+    assert data["inputs"]["gradient_checkpointing"] is TrainingJob.model_fields["gradient_checkpointing"].default is True
+    assert data["peak_bytes"] == peak(INCIDENT)
+    code, out, _ = sparkguard("estimate", "--model", "gemma-4-26B-A4B", "--method", "lora", "--rank", "16",
+                              "--seq-len", "8000", "--no-gradient-checkpointing", "--json")
+    assert json.loads(out)["peak_bytes"] > peak(INCIDENT)
+
+
 @pytest.mark.parametrize("argv, field", [
     (("--model", "no-such-model"), "--model"),
     (("--model", "/nonexistent/config.json"), "--model"),

@@ -114,3 +114,14 @@ def test_serving_that_follows_training_needs_the_target_role_base_installs(inven
     assert refused.returncode == 2 and "field 'base.enabled' = False: vllm.during_training: stop" in refused.stderr
     kept = run_cli("validate", str(inventory_dir(text.replace("POLICY", "keep"))))
     assert kept.returncode == 0, kept.stderr
+
+
+def test_validate_says_when_render_would_refuse_for_want_of_memtotal(inventory_dir):
+    """Valid for apply (MemTotal is read from the node), but render and plan are offline: validate says so."""
+    from tests.conftest import run_cli
+
+    path = inventory_dir("all:\n  hosts:\n    s1: {ssh_host: 192.0.2.1}\n")
+    done = run_cli("validate", str(path))
+    assert done.returncode == 0 and "note: node.memory_total_gib is not declared for s1" in done.stderr
+    declared = inventory_dir("all:\n  vars:\n    node: {memory_total_gib: 121.7}\n  hosts:\n    s1: {ssh_host: 192.0.2.1}\n")
+    assert "memory_total_gib" not in run_cli("validate", str(declared)).stderr
