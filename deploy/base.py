@@ -1,9 +1,9 @@
 """Apply only role ``base``: pyinfra INVENTORY deploy/base.py"""
 
-from roles import register
-from roles.base import ROLE
+from sparkguard.builtin_roles import register, role
 from sparkguard.converge import role_deploy
 
 register()
+ROLE = role("base").ROLE
 
 role_deploy(ROLE)()

@@ -1,9 +1,9 @@
 """Apply only role ``monitoring``: pyinfra INVENTORY deploy/monitoring.py"""
 
-from roles import register
-from roles.monitoring import ROLE
+from sparkguard.builtin_roles import register, role
 from sparkguard.converge import role_deploy
 
 register()
+ROLE = role("monitoring").ROLE
 
 role_deploy(ROLE)()

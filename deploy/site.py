@@ -4,7 +4,7 @@
     sparkguard apply inventory/example          # same, plus a report and clear errors
 """
 
-from roles import register
+from sparkguard.builtin_roles import register
 from sparkguard.converge import site_deploy
 
 register()

@@ -27,9 +27,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import roles  # the CLI is an entry point: it chooses the roles the core works with
+    from . import builtin_roles  # the CLI is an entry point: it chooses the roles the core works with
 
-    roles.register()
+    builtin_roles.register()
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)

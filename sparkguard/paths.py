@@ -1,11 +1,17 @@
-"""Where the repository's non-Python parts live.
+"""Where sparkguard's non-Python parts live, in a checkout and in an installed wheel.
 
-sparkguard is installed editable (``pip install -e .``) from a checkout, so
-templates and deploys are found relative to the source tree rather than copied
-into site-packages: a reviewer reads exactly the files that get rendered.
+In a checkout the roles, templates and deploys are top-level folders beside ``sparkguard/`` (a reviewer
+reads exactly the files that get rendered); the wheel carries the same files inside the package, as
+``sparkguard/roles``, ``sparkguard/templates`` and ``sparkguard/deploys`` (pyproject.toml maps them at
+build time), so an installed sparkguard never puts a package named ``roles`` on anyone's path.
 """
 
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-TEMPLATES_DIR = REPO_ROOT / "templates"
+PACKAGE_DIR = Path(__file__).resolve().parent
+# An installed wheel has the roles inside the package; a checkout (editable install) has them beside it.
+INSTALLED = (PACKAGE_DIR / "roles" / "__init__.py").is_file()
+REPO_ROOT = PACKAGE_DIR.parent  # the checkout's root (in an installed wheel: site-packages, never written to)
+TEMPLATES_DIR = PACKAGE_DIR / "templates" if INSTALLED else REPO_ROOT / "templates"
+DEPLOY_DIR = PACKAGE_DIR / "deploys" if INSTALLED else REPO_ROOT / "deploy"
+ROLES_DIR = PACKAGE_DIR / "roles" if INSTALLED else REPO_ROOT / "roles"

@@ -28,9 +28,9 @@ globals().update(_groups_for(__file__))
 
 def groups_for(adapter_file: str) -> dict[str, Any]:
     """Return pyinfra groups: ``all`` carries every host with its validated data."""
-    import roles  # plain pyinfra's entry point into sparkguard: it chooses the roles
+    from . import builtin_roles  # plain pyinfra's entry point into sparkguard: it chooses the roles
 
-    roles.register()
+    builtin_roles.register()
     try:
         inventory = load_inventory(Path(adapter_file).parent)
     except ConfigError as error:

@@ -28,7 +28,7 @@ import yaml
 
 from .errors import SparkguardError
 from .hosttools import MIRROR, RELEASES, run_tool
-from .paths import REPO_ROOT
+from .paths import INSTALLED, REPO_ROOT
 from .pyinfra_inventory import write_adapter
 
 Log = Callable[..., Any]  # print, or a quiet stand-in
@@ -36,7 +36,9 @@ Log = Callable[..., Any]  # print, or a quiet stand-in
 INCLUDE = "systemd,systemd-sysv,dbus,openssh-server,iproute2,python3,procps,sudo,ca-certificates"
 DEFAULT_STATE_DIR = Path(os.environ.get("SPARKGUARD_SANDBOX_DIR", "/var/lib/sparkguard/sandbox"))
 DEFAULT_CACHE_DIR = Path(os.environ.get("SPARKGUARD_CACHE_DIR", "/var/cache/sparkguard/rootfs"))
-DEFAULT_INVENTORY_DIR = REPO_ROOT / "inventory" / "sandbox"
+# A checkout keeps the sandbox inventory beside the example; an installed sparkguard never writes into
+# site-packages, so it keeps it with the sandbox's state.
+DEFAULT_INVENTORY_DIR = DEFAULT_STATE_DIR / "inventory" if INSTALLED else REPO_ROOT / "inventory" / "sandbox"
 DEFAULT_NET = "127.0.10"
 BOOT_TIMEOUT = 90
 

@@ -37,9 +37,14 @@ def test_the_core_imports_no_role_except_its_entry_points():
 
 
 def test_entry_points_do_hand_the_roles_over():
-    for entry in ENTRY_POINTS:
+    """Each entry point hands the shipped roles over through sparkguard.builtin_roles (which finds them in a
+    checkout or an installed wheel); nothing else in the core does."""
+    for entry in sorted(ENTRY_POINTS | {str(p.relative_to(REPO)) for p in modules("deploy")}):
         text = (REPO / entry).read_text()
-        assert "roles.register()" in text, entry
+        assert "builtin_roles.register()" in text or (
+            "from sparkguard.builtin_roles import register" in text and "\nregister()" in text), entry
+    users = {str(p.relative_to(REPO)) for p in modules("sparkguard") if "builtin_roles" in p.read_text()}
+    assert users <= ENTRY_POINTS | {"sparkguard/builtin_roles.py"}, users
 
 
 def test_a_role_imports_no_other_role():

@@ -22,7 +22,7 @@ HARNESS_MARKERS = ("conftest", "harness", "qemu", "/vm.py", "pytest")
 
 
 @pytest.fixture(scope="module")
-def wheel_names(tmp_path_factory) -> list[str]:
+def wheel_path(tmp_path_factory) -> Path:
     if not shutil.which("git") or not (REPO / ".git").exists():
         pytest.skip("needs a git checkout to list the tracked files")
     source = tmp_path_factory.mktemp("source")
@@ -37,17 +37,63 @@ def wheel_names(tmp_path_factory) -> list[str]:
                             "-w", str(out), str(source)], capture_output=True, text=True, timeout=600)
     assert built.returncode == 0, built.stderr[-3000:]
     (wheel,) = out.glob("sparkguard-*.whl")
-    return zipfile.ZipFile(wheel).namelist()
+    return wheel
+
+
+@pytest.fixture(scope="module")
+def wheel_names(wheel_path) -> list[str]:
+    return zipfile.ZipFile(wheel_path).namelist()
 
 
 def test_the_wheel_holds_the_product_packages(wheel_names):
-    assert "sparkguard/cli.py" in wheel_names
-    assert "sparkguard/runner.py" in wheel_names
-    assert "roles/earlyoom/state.py" in wheel_names
+    """Every tracked product file is in the wheel, roles/templates/deploy mapped under sparkguard/."""
+    tracked = subprocess.run(["git", "ls-files", "sparkguard", "roles", "templates", "deploy"], cwd=REPO,
+                             capture_output=True, text=True, check=True).stdout.split()
+    mapped = {"roles": "sparkguard/roles", "templates": "sparkguard/templates", "deploy": "sparkguard/deploys"}
+    expected = set()
+    for name in tracked:
+        top, _, rest = name.partition("/")
+        expected.add(f"{mapped[top]}/{rest}" if top in mapped else name)
+    assert sorted(expected - set(wheel_names)) == []
+    assert "sparkguard/templates/monitoring/web-get.py" in wheel_names  # a program among the templates
+    assert "sparkguard/roles/swap/swap-toggle.sh" in wheel_names      # a node-side program of a role
 
 
 def test_the_wheel_holds_no_development_machinery(wheel_names):
     top_level = {name.split("/", 1)[0] for name in wheel_names}
+    # Only the sparkguard package: no top-level `roles`, `templates` or `deploy` to collide with other projects.
+    assert {t for t in top_level if not t.endswith(".dist-info")} == {"sparkguard"}, sorted(top_level)
     assert top_level & set(DEV_ONLY) == set(), sorted(top_level)
     harness = [name for name in wheel_names if any(marker in name for marker in HARNESS_MARKERS)]
+    assert [name for name in wheel_names if "/tests/" in name or name.startswith("tests/")] == []
     assert harness == []
+
+
+def test_the_installed_wheel_works_from_anywhere(wheel_path, tmp_path):
+    """A fresh venv outside the checkout, the wheel installed into it (its dependencies from the registry),
+    run from an unrelated directory: validate, plan and render work, the render is byte-identical to the
+    checkout's golden copy, and no top-level `roles` package was installed."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    installed = subprocess.run([str(venv / "bin" / "pip"), "install", "--quiet", "--disable-pip-version-check",
+                                str(wheel_path)], capture_output=True, text=True, timeout=900)
+    assert installed.returncode == 0, installed.stderr[-3000:]
+    elsewhere = tmp_path / "operator-repo"
+    shutil.copytree(REPO / "inventory" / "example", elsewhere / "inventory" / "prod")
+    sparkguard = str(venv / "bin" / "sparkguard")
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run([sparkguard, *args], cwd=elsewhere, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done
+
+    assert "2 host(s) valid" in run("validate", "inventory/prod").stdout
+    assert "verdict: FITS" in run("plan", "inventory/prod").stdout
+    run("render", "inventory/prod", "--out", "rendered")
+    golden = REPO / "tests" / "golden" / "example"
+    for path in sorted(p for p in golden.rglob("*") if p.is_file()):
+        assert (elsewhere / "rendered" / path.relative_to(golden)).read_bytes() == path.read_bytes(), path
+    assert len([p for p in (elsewhere / "rendered").rglob("*") if p.is_file()]) == \
+        len([p for p in golden.rglob("*") if p.is_file()])
+    probe = subprocess.run([str(venv / "bin" / "python"), "-c", "import roles"], cwd=elsewhere, capture_output=True)
+    assert probe.returncode != 0
