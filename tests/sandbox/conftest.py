@@ -6,6 +6,7 @@ touches an operator's `sparkguard sandbox` nodes on the same machine.
 
 from __future__ import annotations
 
+import os
 import shutil
 import textwrap
 import time
@@ -20,7 +21,16 @@ import yaml
 from sparkguard import sandbox
 from tests.conftest import require_root_and_tools
 
-NET = "127.0.77"
+
+def net(default: str) -> str:
+    """A test's loopback /24. SPARKGUARD_TEST_NET_OFFSET=N shifts every one by N (127.0.77 -> 127.0.(77+N)),
+    so a second test run on the same machine (a developer's beside a CI clone's) never meets the first's nodes."""
+    offset = int(os.environ.get("SPARKGUARD_TEST_NET_OFFSET", "0") or 0)
+    prefix, _, third = default.rpartition(".")
+    return f"{prefix}.{int(third) + offset}"
+
+
+NET = net("127.0.77")
 
 
 @dataclass
@@ -130,7 +140,7 @@ def sandbox_nodes(tmp_path_factory):
 @pytest.fixture(scope="session")
 def trixie_node(tmp_path_factory):
     """One trixie node (earlyoom 1.8.2)."""
-    with booted_sandbox(tmp_path_factory, "trixie", "127.0.78", 1) as handle:
+    with booted_sandbox(tmp_path_factory, "trixie", net("127.0.78"), 1) as handle:
         yield handle
 
 

@@ -30,9 +30,9 @@ import pytest
 
 from tests.conftest import REPO, SPARKGUARD, run_cli
 from tests.reporting import report
-from tests.sandbox.conftest import booted_sandbox, wait_for
+from tests.sandbox.conftest import booted_sandbox, net, wait_for
 
-NET = "127.0.83"
+NET = net("127.0.83")
 KILLS = 20
 SEED = int(os.environ.get("SPARKGUARD_FAULT_SEED", "0")) or random.SystemRandom().randrange(1, 10**6)
 TABLE: dict[str, dict[str, int]] = {}

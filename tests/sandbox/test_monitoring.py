@@ -21,9 +21,9 @@ from sparkguard.inventory import load_inventory
 from sparkguard.runner import run_deploy
 from tests.conftest import run_cli
 from tests.replay import GIB, ReplayPlan, hugepage_budget, install_tools, run_replay
-from tests.sandbox.conftest import booted_sandbox
+from tests.sandbox.conftest import booted_sandbox, net
 
-NET = "127.0.79"
+NET = net("127.0.79")
 ADDR = f"{NET}.1"
 PROM = f"http://{ADDR}:9090"
 STANDIN_PORT = 18080

@@ -31,9 +31,9 @@ from sparkguard.inventory import load_inventory
 from sparkguard.runner import run_deploy
 from tests.certs import self_signed
 from tests.conftest import run_cli
-from tests.sandbox.conftest import booted_sandbox
+from tests.sandbox.conftest import booted_sandbox, net
 
-NET = "127.0.82"
+NET = net("127.0.82")
 EXPORTERS = [f"{NET}.1:9100", f"{NET}.2:9100"]
 USER, PASSWORD = "prom", "peers-share-this-password"
 TLS: dict = {}

@@ -19,7 +19,7 @@ from sparkguard.converge import site_deploy
 from sparkguard.inventory import load_inventory
 from sparkguard.runner import run_deploy
 from tests.conftest import run_cli
-from tests.sandbox.conftest import booted_sandbox
+from tests.sandbox.conftest import booted_sandbox, net
 
 pytestmark = pytest.mark.sandbox
 RECOVERY_VARS = "    recovery: {sysctl: {sysrq: null, panic_reboot_s: 30}}\n"
@@ -27,7 +27,7 @@ RECOVERY_VARS = "    recovery: {sysctl: {sysrq: null, panic_reboot_s: 30}}\n"
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory):
-    with booted_sandbox(tmp_path_factory, "bookworm", "127.0.81", 1) as handle:
+    with booted_sandbox(tmp_path_factory, "bookworm", net("127.0.81"), 1) as handle:
         yield handle
 
 

@@ -21,7 +21,9 @@ from sparkguard.converge import site_deploy
 from sparkguard.inventory import load_inventory
 from sparkguard.runner import run_deploy
 from sparkguard.victim_order import SERVING_ADJ
-from tests.sandbox.conftest import booted_sandbox, wait_for
+from tests.sandbox.conftest import booted_sandbox, net, wait_for
+
+VNET = net("127.0.80")
 
 NODE = "node-1"
 TOKEN_ENV = "SPARKGUARD_TEST_HF_TOKEN"
@@ -71,7 +73,7 @@ def settings(policy: str, models: tuple[str, ...] = (ALPHA,)) -> str:
       runtime: native
       native_binary: /opt/standin/vllm
       cuda_total_gib: 16
-      listen: 127.0.80.1
+      listen: {VNET}.1
       during_training: {policy}
       hf_token_env: {TOKEN_ENV}
       models:{listed}
@@ -82,7 +84,7 @@ def settings(policy: str, models: tuple[str, ...] = (ALPHA,)) -> str:
 def node(tmp_path_factory):
     os.environ[TOKEN_ENV] = TOKEN
     try:
-        with booted_sandbox(tmp_path_factory, "bookworm", "127.0.80", 1) as handle:
+        with booted_sandbox(tmp_path_factory, "bookworm", VNET, 1) as handle:
             rc, _, err = handle.ssh(NODE, "mkdir -p /opt/standin && cat > /opt/standin/vllm <<'EOF'\n"
                                           f"{STANDIN}EOF\nchmod 0755 /opt/standin/vllm")
             assert rc == 0, err
@@ -106,7 +108,7 @@ def sh(node, command: str) -> str:
 def standin(node) -> dict | None:
     """What the running server reports (config file, KV bytes, pid), or None while it is down."""
     rc, out, _ = node.ssh(NODE, "python3 -c \"import urllib.request as u; "
-                                "print(u.urlopen('http://127.0.80.1:18580/standin', timeout=2).read().decode())\"")
+                                f"print(u.urlopen('http://{VNET}.1:18580/standin', timeout=2).read().decode())\"")
     return json.loads(out) if rc == 0 else None
 
 
