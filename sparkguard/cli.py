@@ -14,7 +14,7 @@ import sys
 from . import __version__
 from .errors import ConfigError, SparkguardError
 
-COMMANDS = ("validate", "render", "apply", "sandbox", "estimate", "docs", "plan", "audit", "completion")
+COMMANDS = ("validate", "render", "apply", "sandbox", "estimate", "docs", "plan", "audit", "completion", "init")
 
 
 def build_parser() -> argparse.ArgumentParser:

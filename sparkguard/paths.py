@@ -2,7 +2,7 @@
 
 In a checkout the roles, templates and deploys are top-level folders beside ``sparkguard/`` (a reviewer
 reads exactly the files that get rendered); the wheel carries the same files inside the package, as
-``sparkguard/roles``, ``sparkguard/templates`` and ``sparkguard/deploys`` (pyproject.toml maps them at
+``sparkguard/roles``, ``sparkguard/templates`` and ``sparkguard/deploy_scripts`` (pyproject.toml maps them at
 build time), so an installed sparkguard never puts a package named ``roles`` on anyone's path.
 """
 
@@ -13,5 +13,5 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 INSTALLED = (PACKAGE_DIR / "roles" / "__init__.py").is_file()
 REPO_ROOT = PACKAGE_DIR.parent  # the checkout's root (in an installed wheel: site-packages, never written to)
 TEMPLATES_DIR = PACKAGE_DIR / "templates" if INSTALLED else REPO_ROOT / "templates"
-DEPLOY_DIR = PACKAGE_DIR / "deploys" if INSTALLED else REPO_ROOT / "deploy"
+DEPLOY_DIR = PACKAGE_DIR / "deploy_scripts" if INSTALLED else REPO_ROOT / "deploy"
 ROLES_DIR = PACKAGE_DIR / "roles" if INSTALLED else REPO_ROOT / "roles"

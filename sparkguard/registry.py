@@ -23,6 +23,11 @@ def use(roles: Sequence[Role]) -> None:
     _roles = tuple(roles)
 
 
+def registered() -> bool:
+    """Whether an entry point has handed the roles over yet."""
+    return bool(_roles)
+
+
 def roles() -> tuple[Role, ...]:
     if not _roles:
         raise RuntimeError("sparkguard: no roles registered; an entry point must call "

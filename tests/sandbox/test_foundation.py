@@ -15,6 +15,7 @@ from sparkguard.operations import managed_file
 from sparkguard.render import render_inventory
 from sparkguard.runner import run_deploy
 from tests.conftest import REPO, run_cli
+from tests.sandbox.conftest import NET
 
 NODES = ("node-1", "node-2")
 
@@ -61,6 +62,46 @@ def test_plain_pyinfra_cli_applies_site(sandbox_nodes):
     operations = payload["results"]["operations"]
     assert operations and all(op["error"] == [] for op in operations)
     assert all(op["success"] == [] for op in operations), "site was already applied: pyinfra must change nothing"
+
+
+TEAM_DEPLOY = """
+from sparkguard.deploys import earlyoom
+
+earlyoom(settings={settings!r}, node={{"memory_total_gib": {memtotal}}})
+"""
+
+
+def test_a_teams_own_pyinfra_deploy_applies_one_role(sandbox_nodes, tmp_path):
+    """sparkguard.deploys from a plain pyinfra deploy and inventory in an unrelated directory: the role lands
+    with the given settings, a rerun changes nothing, and a bad value stops with the inventory's paragraph."""
+    node = sandbox_nodes.node("node-1")
+    memtotal = load_inventory(sandbox_nodes.inventory_dir).host("node-1").config.node.memory_total_gib
+    (tmp_path / "inventory.py").write_text(
+        f"hosts = [({node.address!r}, {{'ssh_user': 'root', 'ssh_key': {str(sandbox_nodes.key)!r}, "
+        f"'ssh_known_hosts_file': {str(sandbox_nodes.known_hosts)!r}, 'ssh_strict_host_key_checking': 'yes'}})]\n")
+    pyinfra = str(Path(sys.executable).parent / "pyinfra")
+
+    def run(settings: dict) -> subprocess.CompletedProcess:
+        (tmp_path / "team_deploy.py").write_text(TEAM_DEPLOY.format(settings=settings, memtotal=memtotal))
+        return subprocess.run([pyinfra, "-y", "--json", "inventory.py", "team_deploy.py"], capture_output=True,
+                              text=True, cwd=tmp_path, timeout=300)
+
+    try:
+        first = run({"term_percent": 9, "kill_percent": 3})
+        assert first.returncode == 0, first.stderr[-3000:]
+        rc, out, _ = sandbox_nodes.ssh("node-1", "tr '\\0' ' ' < /proc/$(systemctl show -p MainPID --value earlyoom)/cmdline")
+        assert " -m 9,3 " in out, out
+        again = run({"term_percent": 9, "kill_percent": 3})
+        operations = json.loads(again.stdout[again.stdout.index("{"):])["results"]["operations"]
+        assert again.returncode == 0 and operations and all(op["success"] == [] for op in operations)
+
+        bad = run({"term_percent": 200})
+        assert bad.returncode != 0
+        assert "field 'earlyoom.term_percent' = 200" in bad.stderr + bad.stdout
+        rc, out, _ = sandbox_nodes.ssh("node-1", "tr '\\0' ' ' < /proc/$(systemctl show -p MainPID --value earlyoom)/cmdline")
+        assert " -m 9,3 " in out, "a refused deploy changed the node"
+    finally:
+        assert apply(sandbox_nodes.inventory_dir).ok  # the site's own state again, for the tests after this one
 
 
 def test_validate_before_replace_keeps_live_file(sandbox_nodes):
@@ -119,11 +160,11 @@ class _CountingListener:
 
 
 def test_broken_inventory_exits_2_before_connecting(sandbox_nodes, tmp_path):
-    listener = _CountingListener("127.0.77.200")
+    listener = _CountingListener(f"{NET}.200")
     try:
         inventory = sandbox_nodes.inventory_with(
             tmp_path / "inv",
-            extra_hosts="        trap:\n          ssh_host: 127.0.77.200\n          earlyoom_typo: 1\n")
+            extra_hosts=f"        trap:\n          ssh_host: {NET}.200\n          earlyoom_typo: 1\n")
         result = run_cli("apply", str(inventory))
     finally:
         listener.close()
@@ -141,10 +182,10 @@ def test_unreachable_host_clear_error_and_nothing_applied(sandbox_nodes, tmp_pat
     apply(sandbox_nodes.inventory_dir)
     inventory = sandbox_nodes.inventory_with(
         tmp_path / "inv", extra_all_vars="    base: {contact: must-not-land}\n",
-        extra_hosts="        ghost:\n          ssh_host: 127.0.77.99\n")
+        extra_hosts=f"        ghost:\n          ssh_host: {NET}.99\n")
     result = run_cli("apply", str(inventory))
     assert result.returncode == 1
-    assert "host 'ghost': cannot reach root@127.0.77.99:22" in result.stderr
+    assert f"host 'ghost': cannot reach root@{NET}.99:22" in result.stderr
     assert "Nothing was applied to any node" in result.stderr
     assert "Traceback" not in result.stderr
     assert _contact_on(sandbox_nodes, "node-1") != "must-not-land"
@@ -190,7 +231,7 @@ def test_sandbox_status_and_idempotent_up(sandbox_nodes):
     rows = json.loads(result.stdout)
     assert [(r["node"], r["running"], r["ssh"]) for r in rows] == [(n, True, True) for n in NODES]
     pids = [r["pid"] for r in rows]
-    again = run_cli("sandbox", "up", "--nodes", "2", "--net", "127.0.77", "--state-dir", str(sandbox_nodes.state_dir),
+    again = run_cli("sandbox", "up", "--nodes", "2", "--net", NET, "--state-dir", str(sandbox_nodes.state_dir),
                     "--inventory-dir", str(sandbox_nodes.inventory_dir))
     assert again.returncode == 0, again.stderr
     assert again.stdout.strip().splitlines()[-1] == str(sandbox_nodes.inventory_dir)
@@ -211,14 +252,14 @@ def test_changed_host_key_after_reimage_is_refused_with_advice(sandbox_nodes, tm
     result = run_cli("apply", str(inventory))
     assert result.returncode == 1
     assert "host 'node-2'" in result.stderr and "has CHANGED" in result.stderr
-    assert f"ssh-keygen -R '127.0.77.2' -f {sandbox_nodes.known_hosts}" in result.stderr
+    assert f"ssh-keygen -R '{NET}.2' -f {sandbox_nodes.known_hosts}" in result.stderr
     assert "Nothing was applied to any node" in result.stderr
     assert _contact_on(sandbox_nodes, "node-1") != "must-not-land"
 
     # The advised fix: drop the old key, learn the new one (here the test plays the console check).
-    subprocess.run(["ssh-keygen", "-R", "127.0.77.2", "-f", str(sandbox_nodes.known_hosts)], check=True,
+    subprocess.run(["ssh-keygen", "-R", f"{NET}.2", "-f", str(sandbox_nodes.known_hosts)], check=True,
                    capture_output=True)
     key = (Path(sandbox_nodes.node("node-2").rootfs) / "etc/ssh/ssh_host_ed25519_key.pub").read_text().split()
     with sandbox_nodes.known_hosts.open("a") as handle:
-        handle.write(f"127.0.77.2 {key[0]} {key[1]}\n")
+        handle.write(f"{NET}.2 {key[0]} {key[1]}\n")
     assert apply(sandbox_nodes.inventory_dir).ok

@@ -12,7 +12,7 @@ import ast
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-ENTRY_POINTS = {"sparkguard/cli.py", "sparkguard/pyinfra_inventory.py"}
+ENTRY_POINTS = {"sparkguard/cli.py", "sparkguard/pyinfra_inventory.py", "sparkguard/deploys.py"}
 
 
 def imports(path: Path) -> set[str]:

@@ -49,7 +49,7 @@ def test_the_wheel_holds_the_product_packages(wheel_names):
     """Every tracked product file is in the wheel, roles/templates/deploy mapped under sparkguard/."""
     tracked = subprocess.run(["git", "ls-files", "sparkguard", "roles", "templates", "deploy"], cwd=REPO,
                              capture_output=True, text=True, check=True).stdout.split()
-    mapped = {"roles": "sparkguard/roles", "templates": "sparkguard/templates", "deploy": "sparkguard/deploys"}
+    mapped = {"roles": "sparkguard/roles", "templates": "sparkguard/templates", "deploy": "sparkguard/deploy_scripts"}
     expected = set()
     for name in tracked:
         top, _, rest = name.partition("/")

@@ -1,0 +1,40 @@
+"""sparkguard.deploys: one role for a team's own pyinfra deploy, validated like an inventory."""
+
+from __future__ import annotations
+
+import pytest
+
+import sparkguard.deploys as deploys
+from sparkguard.errors import ConfigError
+
+
+def test_a_role_is_applied_with_the_roles_it_needs_and_nothing_else():
+    assert [r.name for r in deploys.with_requirements("earlyoom")] == ["earlyoom"]
+    assert [r.name for r in deploys.with_requirements("swap")] == ["base", "swap"]
+    config = deploys.role_config("gpu-01", "swap", {"mode": "training-off"}, {"memory_total_gib": 121.7})
+    enabled = {name for name in ("base", "earlyoom", "swap", "recovery", "monitoring", "budget", "vllm")
+               if getattr(config, name).enabled}
+    assert enabled == {"base", "swap"}
+    assert config.swap.mode == "training-off" and config.node.memory_total_gib == 121.7
+
+
+@pytest.mark.parametrize(("settings", "field", "words"), [
+    ({"term_percent": 200}, "earlyoom.term_percent", "less than 100"),
+    ({"term_pecent": 9}, "earlyoom.term_pecent", "did you mean 'term_percent'"),
+    ({"term_percent": 4, "kill_percent": 6}, "earlyoom.kill_percent", ""),
+])
+def test_bad_settings_are_the_inventory_paragraph(settings, field, words):
+    with pytest.raises(ConfigError) as caught:
+        deploys.role_config("gpu-01", "earlyoom", settings, {"memory_total_gib": 121.7})
+    text = "\n".join(caught.value.paragraphs())
+    assert "host 'gpu-01'" in text and f"field '{field}'" in text and words in text
+
+
+def test_one_deploy_per_registered_role_and_no_other():
+    from sparkguard.deploys import earlyoom, recovery
+
+    assert callable(earlyoom) and callable(recovery) and earlyoom is deploys.earlyoom
+    with pytest.raises(AttributeError, match="roles: base, earlyoom"):
+        deploys.__getattr__("earlyom")
+    with pytest.raises(ConfigError, match="no such role"):
+        deploys.with_requirements("earlyom")

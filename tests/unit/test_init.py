@@ -1,0 +1,82 @@
+"""sparkguard init: an operator repository that validates, plans and renders as written, and whose CI
+review script shows what a change does to the nodes (secrets masked), run here in a real git repository."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import run_cli
+
+BIN = str(Path(sys.executable).parent)
+
+
+def git(repo: Path, *args: str) -> str:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "op", "GIT_AUTHOR_EMAIL": "op@example.org",
+           "GIT_COMMITTER_NAME": "op", "GIT_COMMITTER_EMAIL": "op@example.org"}
+    done = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@pytest.fixture
+def repo(tmp_path) -> Path:
+    done = run_cli("init", str(tmp_path / "ops-repo"), "--host", "gpu-01=192.0.2.21", "--host", "gpu-02=192.0.2.22")
+    assert done.returncode == 0, done.stderr
+    return tmp_path / "ops-repo"
+
+
+def test_the_scaffold_validates_plans_and_renders(repo):
+    inventory = repo / "inventory" / "prod"
+    assert "2 host(s) valid: gpu-01, gpu-02" in run_cli("validate", str(inventory)).stdout
+    assert "verdict: FITS" in run_cli("plan", str(inventory)).stdout
+    assert run_cli("render", str(inventory), "--out", str(repo.parent / "r")).returncode == 0
+    hosts = yaml.safe_load((inventory / "hosts.yml").read_text())
+    assert hosts["all"]["children"]["dgx_spark"]["vars"]["node"] == {"device_profile": "dgx-spark", "memory_total_gib": 121.7}
+    assert (repo / "requirements.txt").read_text().startswith("sparkguard==")
+    for workflow in (repo / ".github/workflows/sparkguard.yml", repo / ".gitlab-ci.yml"):
+        text = workflow.read_text()
+        assert yaml.safe_load(text) and ".sparkguard/review.sh inventory/prod" in text and "INVENTORY" not in text
+
+
+def test_init_never_overwrites_and_refuses_bad_names(repo, tmp_path):
+    again = run_cli("init", str(repo))
+    assert again.returncode == 2 and "already exists" in again.stderr and "hosts.yml" in again.stderr
+    bad = run_cli("init", str(tmp_path / "other"), "--host", "../etc=192.0.2.1")
+    assert bad.returncode == 2 and "--host" in bad.stderr and not (tmp_path / "other").exists()
+    unknown = run_cli("init", str(tmp_path / "gh"), "--profile", "gh200")
+    assert unknown.returncode == 2 and "--memory-total-gib" in unknown.stderr
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_the_review_script_shows_the_change_and_no_secret(repo, tmp_path):
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "fleet")
+    git(repo, "checkout", "-qb", "raise-the-line")
+    (repo / "inventory/prod/group_vars/dgx_spark.yml").write_text(
+        "earlyoom: {term_percent: 9}\n"
+        "monitoring: {enabled: true, alertmanager: {webhook_url: 'https://hooks.example.org/T0KEN-SECRET'}}\n")
+    git(repo, "commit", "-qam", "raise earlyoom's line, page the team")
+    out = tmp_path / "review"
+    done = subprocess.run([str(repo / ".sparkguard/review.sh"), "inventory/prod", "main", str(out)], cwd=repo,
+                          capture_output=True, text=True, timeout=600, env={**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"})
+    assert done.returncode == 0, done.stdout + done.stderr
+    review = (out / "review.md").read_text()
+    assert "-m 8,4" in review and "-m 9,4" in review           # the earlyoom line, before and after
+    assert "+++ head/gpu-01/etc/prometheus/prometheus.yml" in review  # monitoring switched on
+    assert "T0KEN-SECRET" not in review and "<secret>" in review
+    assert "verdict: FITS" in review
+    assert git(repo, "worktree", "list").count("\n") == 1     # the base's worktree is gone
+
+    (repo / "inventory/prod/group_vars/dgx_spark.yml").write_text("earlyoom: {term_percent: 200}\n")
+    broken = subprocess.run([str(repo / ".sparkguard/review.sh"), "inventory/prod", "main", str(tmp_path / "r2")],
+                            cwd=repo, capture_output=True, text=True, timeout=600,
+                            env={**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"})
+    assert broken.returncode != 0 and "earlyoom.term_percent" in broken.stderr
