@@ -23,7 +23,7 @@ from pyinfra.facts.deb import DebPackages
 from pyinfra.operations import apt, files, server, systemd
 from pyinfra.operations.util import any_changed
 
-from . import registry
+from . import livediff, registry
 from .errors import Problem
 from .facts import NodeFacts, NodeInfo
 from .hostconfig import HostConfig, host_config_model
@@ -156,6 +156,10 @@ def _install_file(state: DesiredState, managed: ManagedFile, known: dict[str, An
 
 def converge(state: DesiredState) -> None:
     """Apply one role's desired state on the current host, one step per kind, in this order."""
+    if livediff.collecting() and state.files:
+        live = host.get_fact(livediff.LiveFiles, paths=tuple(f.path for f in state.files),
+                             secret=tuple(f.path for f in state.files if f.secret))
+        livediff.record(host.name, state, live)
     missing = _missing_packages(state)
     # With nothing to install, only this role's own operations touch its files between now and
     # execution, so their current state can be read here in one round trip instead of one per file.

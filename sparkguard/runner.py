@@ -25,7 +25,7 @@ from pyinfra.api.operations import run_ops
 from pyinfra.api.state import BaseStateCallback, StateStage
 from pyinfra.connectors.sshuserclient.client import get_host_keys
 
-from . import node_lock, registry
+from . import livediff, node_lock, registry
 from .converge import PreflightError, node_info_cache
 from .errors import ConfigError, ConnectError, NodeBusyError, Problem
 from .facts import NodeInfo
@@ -44,6 +44,8 @@ class HostResult:
     node: NodeInfo | None = None
     # Per-role facts for the operator (Role.describe): e.g. {"guard": "nohang 0.2.0", ...}.
     described: dict[str, str] = field(default_factory=dict)
+    # apply --dry --diff: a unified diff per managed file that differs on the node (secrets: a note only).
+    diffs: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -76,6 +78,7 @@ class ApplyResult:
                     "changed": h.changed,
                     "changed_operations": h.changed_names,
                     "errors": h.errors,
+                    **({"diffs": h.diffs} if self.dry else {}),
                     "node": None if h.node is None else {
                         "memory_total_bytes": h.node.memory_total_bytes,
                         "device_class": h.node.device_class,
@@ -141,8 +144,25 @@ def quiet_pyinfra(verbose: bool) -> None:
 
 
 def run_deploy(inventory: Inventory, deploy_factory: Callable[[], Callable[[], None]], *, dry: bool = False,
-               limit: list[str] | None = None, verbose: bool = False) -> ApplyResult:
-    """Connect to every host, refuse if any is unreachable, then prepare and (unless dry) execute."""
+               limit: list[str] | None = None, verbose: bool = False, diff: bool = False) -> ApplyResult:
+    """Connect to every host, refuse if any is unreachable, then prepare and (unless dry) execute.
+
+    ``diff`` (dry runs only): also read every managed file on the node and keep a unified diff per host."""
+    if diff and not dry:
+        raise ValueError("diff is for dry runs")
+    if diff:
+        livediff.start()
+    try:
+        result = _run_deploy(inventory, deploy_factory, dry=dry, limit=limit, verbose=verbose)
+    finally:
+        diffs = livediff.stop() if diff else {}
+    for host_result in result.hosts:
+        host_result.diffs = diffs.get(host_result.host, [])
+    return result
+
+
+def _run_deploy(inventory: Inventory, deploy_factory: Callable[[], Callable[[], None]], *, dry: bool,
+                limit: list[str] | None, verbose: bool) -> ApplyResult:
     import pyinfra
 
     pyinfra.is_cli = False

@@ -15,7 +15,7 @@ from rich.table import Table
 from ..advice import fleet_advice
 from ..console import console as make_console
 from ..converge import role_deploy, site_deploy
-from ..errors import ConnectError
+from ..errors import ConfigError, ConnectError, Problem
 from ..inventory import load_inventory
 from ..runner import ApplyResult, run_deploy
 from ..selection import write_retry_file
@@ -31,6 +31,8 @@ def register(sub: Subcommands) -> None:
     parser.add_argument("--retry-file", metavar="FILE",
                         help="write the hosts that failed to FILE (removed when none did); retry with --limit @FILE")
     parser.add_argument("--dry", action="store_true", help="show what would change; change nothing")
+    parser.add_argument("--diff", action="store_true",
+                        help="with --dry: a unified diff of every managed file against the node (secrets not shown)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.add_argument("-v", "--verbose", action="store_true", help="show pyinfra's own log")
     parser.set_defaults(func=run)
@@ -40,7 +42,6 @@ def _deploy_factory(role_name: str | None) -> Callable[[], Callable[..., Any]]:
     if role_name is None:
         return site_deploy
     from .. import registry
-    from ..errors import ConfigError, Problem
 
     by_name = registry.by_name()
     if role_name not in by_name:
@@ -70,15 +71,24 @@ def print_report(result: ApplyResult, console: Console | None = None) -> None:
     for host in result.hosts:
         for error in host.errors:
             console.print(f"[red]{host.host}[/red]: {error}")
+    if result.dry:
+        for host in result.hosts:
+            for name in host.changed_names:
+                console.print(f"{host.host}: would change: {name}", markup=False, highlight=False)
+            for diff in host.diffs:
+                console.print(f"{host.host}:\n{diff}", markup=False, highlight=False, end="")
 
 
 def run(args: argparse.Namespace) -> int:
     inventory = load_inventory(args.inventory)
     for paragraph in fleet_advice(inventory):
         print(f"advice: {paragraph}", file=sys.stderr)
+    if args.diff and not args.dry:
+        raise ConfigError([Problem("", "--diff", True, "shows what --dry would change; give --dry too "
+                                   "(an apply prints what it changed)")])
     try:
         result = run_deploy(inventory, _deploy_factory(args.role), dry=args.dry, limit=args.limit,
-                            verbose=args.verbose)
+                            verbose=args.verbose, diff=args.diff)
     except ConnectError as error:
         if args.retry_file:  # nothing was applied anywhere: the unreachable hosts are the ones to retry
             write_retry_file(Path(args.retry_file), list(error.hosts))

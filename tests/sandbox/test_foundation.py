@@ -104,6 +104,45 @@ def test_a_teams_own_pyinfra_deploy_applies_one_role(sandbox_nodes, tmp_path):
         assert apply(sandbox_nodes.inventory_dir).ok  # the site's own state again, for the tests after this one
 
 
+def test_dry_diff_shows_a_hand_edit_and_never_a_secret(sandbox_nodes):
+    """apply --dry --diff: a hand edit on one node shows as a unified diff against what apply would write,
+    the other node shows none, nothing changes; a secret file that differs is named, its content never shown."""
+    assert apply(sandbox_nodes.inventory_dir).ok
+    sandbox_nodes.ssh("node-1", "sed -i 's/-m 8,4/-m 7,3/' /etc/default/earlyoom")
+    done = run_cli("apply", str(sandbox_nodes.inventory_dir), "--dry", "--diff", "--json")
+    assert done.returncode == 0, done.stderr
+    hosts = {h["host"]: h for h in json.loads(done.stdout)["hosts"]}
+    (earlyoom,) = [d for d in hosts["node-1"]["diffs"] if "/etc/default/earlyoom (node)" in d]
+    assert '-EARLYOOM_ARGS="-m 7,3' in earlyoom and '+EARLYOOM_ARGS="-m 8,4' in earlyoom
+    assert "sparkguard site | earlyoom: file /etc/default/earlyoom" in hosts["node-1"]["changed_operations"]
+    assert hosts["node-2"]["diffs"] == []
+    assert "-m 7,3" in sandbox_nodes.ssh("node-1", "cat /etc/default/earlyoom")[1]  # a dry run changes nothing
+    assert apply(sandbox_nodes.inventory_dir).ok
+
+    path = "/etc/sparkguard-diff-test.env"
+    sandbox_nodes.ssh("node-1", f"printf 'TOKEN=old-s3cret\\n' > {path}; chmod 600 {path}")
+
+    def secret_file():
+        from pyinfra.api import deploy
+
+        from sparkguard.converge import converge
+        from sparkguard.state import DesiredState, ManagedFile
+
+        @deploy("secret file test")
+        def run():
+            converge(DesiredState(role="test", files=(ManagedFile(path, "TOKEN=new-s3cret\n", mode="0600", secret=True),)))
+        return run
+
+    try:
+        result = run_deploy(load_inventory(sandbox_nodes.inventory_dir), secret_file, dry=True, diff=True)
+        text = json.dumps(result.as_dict())
+        node1 = next(h for h in result.hosts if h.host == "node-1")
+        assert node1.diffs == [f"--- {path}: secret file differs; its content is not shown\n"]
+        assert "s3cret" not in text
+    finally:
+        sandbox_nodes.ssh("node-1", f"rm -f {path}")
+
+
 def test_validate_before_replace_keeps_live_file(sandbox_nodes):
     path = "/etc/sparkguard-validate-test.conf"
     assert sandbox_nodes.ssh("node-1", f"printf 'ok live\\n' > {path}")[0] == 0
