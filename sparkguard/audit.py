@@ -356,8 +356,7 @@ def run_audit(inventory: Inventory, limit: list[str] | None = None, verbose: boo
             audit.checks = evaluate(entry, host_states(entry, live=parsed.info), parsed)
         for name, audit in results.items():
             if name in errors.errors:
-                explained = explain_connect_error(inventory.host(name), errors.errors[name])
-                explained = explained.replace(" Nothing was applied to any node.", " Nothing was audited on it.")
+                explained = explain_connect_error(inventory.host(name), errors.errors[name]) + " Nothing was audited on it."
                 audit.add("ssh: reachable", False, "connected", explained)
             elif not audit.checks:
                 audit.add("ssh: probe", False, "probe ran", "the probe failed on the node (run with -v)")

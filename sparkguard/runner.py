@@ -92,6 +92,26 @@ class ApplyResult:
         }
 
 
+class Progress(BaseStateCallback):
+    """One line per host and operation that changed something or failed, as each operation ends on every host
+    (a long apply is otherwise silent until its table); unchanged operations only advance the counter."""
+
+    def __init__(self, write: Callable[[str], None]) -> None:
+        self.write = write
+        self.done: dict[str, int] = {}
+
+    def operation_end(self, state: State, op_hash: str) -> None:  # type: ignore[override]
+        name = ", ".join(sorted(state.op_meta[op_hash].names))
+        for host, ops in state.ops.items():
+            if op_hash not in ops or not ops[op_hash].operation_meta.is_complete():
+                continue
+            meta = ops[op_hash].operation_meta
+            self.done[host.name] = self.done.get(host.name, 0) + 1
+            what = "FAILED" if meta.did_error() else "changed" if meta.did_change() else None
+            if what:
+                self.write(f"{host.name} [{self.done[host.name]}/{len(ops)}] {what}: {name}")
+
+
 class ConnectErrors(BaseStateCallback):
     def __init__(self) -> None:
         self.errors: dict[str, str] = {}
@@ -136,7 +156,7 @@ def explain_connect_error(entry: InventoryHost, message: str) -> str:
             f"cannot reach {where} ({message}). Check ssh_host/ssh_port in the inventory, that the node is "
             f"up and that sshd listens there"
         )
-    return f"{advice}. Nothing was applied to any node."
+    return f"{advice}."
 
 
 def quiet_pyinfra(verbose: bool) -> None:
@@ -144,8 +164,12 @@ def quiet_pyinfra(verbose: bool) -> None:
 
 
 def run_deploy(inventory: Inventory, deploy_factory: Callable[[], Callable[[], None]], *, dry: bool = False,
-               limit: list[str] | None = None, verbose: bool = False, diff: bool = False) -> ApplyResult:
+               limit: list[str] | None = None, verbose: bool = False, diff: bool = False,
+               skip_unreachable: bool = False, progress: Callable[[str], None] | None = None) -> ApplyResult:
     """Connect to every host, refuse if any is unreachable, then prepare and (unless dry) execute.
+
+    ``skip_unreachable`` (an explicit opt-in): go on with the hosts that answered; the others are FAILED
+    in the result, never "ok", and none of them is touched.
 
     ``diff`` (dry runs only): also read every managed file on the node and keep a unified diff per host."""
     if diff and not dry:
@@ -153,7 +177,8 @@ def run_deploy(inventory: Inventory, deploy_factory: Callable[[], Callable[[], N
     if diff:
         livediff.start()
     try:
-        result = _run_deploy(inventory, deploy_factory, dry=dry, limit=limit, verbose=verbose)
+        result = _run_deploy(inventory, deploy_factory, dry=dry, limit=limit, verbose=verbose,
+                             skip_unreachable=skip_unreachable, progress=progress)
     finally:
         diffs = livediff.stop() if diff else {}
     for host_result in result.hosts:
@@ -162,7 +187,8 @@ def run_deploy(inventory: Inventory, deploy_factory: Callable[[], Callable[[], N
 
 
 def _run_deploy(inventory: Inventory, deploy_factory: Callable[[], Callable[[], None]], *, dry: bool,
-                limit: list[str] | None, verbose: bool) -> ApplyResult:
+                limit: list[str] | None, verbose: bool, skip_unreachable: bool,
+                progress: Callable[[str], None] | None) -> ApplyResult:
     import pyinfra
 
     pyinfra.is_cli = False
@@ -181,18 +207,21 @@ def _run_deploy(inventory: Inventory, deploy_factory: Callable[[], Callable[[], 
     errors = ConnectErrors()
     state.init(py_inventory, config)
     state.add_callback_handler(errors)
+    if progress is not None:
+        state.add_callback_handler(Progress(progress))
 
     state.set_stage(StateStage.Connect)
     connect_hosts(state, entries, errors)
     locks: list[node_lock.NodeLock] = []
     try:
-        if errors.errors:
-            raise ConnectError("\n\n".join(
-                f"host '{name}': {explain_connect_error(inventory.host(name), message)}"
-                for name, message in sorted(errors.errors.items())
-            ), hosts=tuple(sorted(errors.errors)))
+        unreachable = {name: explain_connect_error(inventory.host(name), message)
+                       for name, message in sorted(errors.errors.items())}
+        if unreachable and (not skip_unreachable or len(unreachable) == len(entries)):
+            raise ConnectError("\n\n".join(f"host '{name}': {why}" for name, why in unreachable.items())
+                               + " Nothing was applied to any node.", hosts=tuple(unreachable))
+        reached = [e for e in entries if e.name not in unreachable]
         if not dry:
-            locks = lock_hosts(state, entries)
+            locks = lock_hosts(state, reached)
 
         state.set_stage(StateStage.Prepare)
         try:
@@ -206,7 +235,7 @@ def _run_deploy(inventory: Inventory, deploy_factory: Callable[[], Callable[[], 
                 run_ops(state)
             except PyinfraError:
                 pass  # "No hosts remaining!": every host failed an operation; reported per host below
-        return _collect(state, entries, dry)
+        return _collect(state, entries, dry, unreachable)
     finally:
         for lock in locks:
             lock.release()
@@ -293,9 +322,14 @@ def describe_host(entry: InventoryHost, node: NodeInfo) -> dict[str, str]:
     return described
 
 
-def _collect(state: State, entries: list[InventoryHost], dry: bool) -> ApplyResult:
+def _collect(state: State, entries: list[InventoryHost], dry: bool,
+             unreachable: dict[str, str] | None = None) -> ApplyResult:
     results = []
     for entry in entries:
+        if unreachable and entry.name in unreachable:
+            results.append(HostResult(entry.name, errors=[f"unreachable, skipped (--skip-unreachable): "
+                                                          f"{unreachable[entry.name]} Nothing was applied to it."]))
+            continue
         host = state.inventory.get_host(entry.name)
         result = HostResult(entry.name, node=node_info_cache.get(entry.name))
         if result.node is not None:

@@ -17,8 +17,9 @@ from ..console import console as make_console
 from ..converge import role_deploy, site_deploy
 from ..errors import ConfigError, ConnectError, Problem
 from ..inventory import load_inventory
+from ..rollout import roll
 from ..runner import ApplyResult, run_deploy
-from ..selection import write_retry_file
+from ..selection import select_hosts, write_retry_file
 from . import Subcommands
 
 
@@ -33,9 +34,34 @@ def register(sub: Subcommands) -> None:
     parser.add_argument("--dry", action="store_true", help="show what would change; change nothing")
     parser.add_argument("--diff", action="store_true",
                         help="with --dry: a unified diff of every managed file against the node (secrets not shown)")
+    parser.add_argument("--serial", type=int, metavar="N",
+                        help="apply N hosts at a time, in inventory order; stop after a batch that failed")
+    parser.add_argument("--max-fail-percent", type=int, default=0, metavar="P",
+                        help="with --serial: go on while at most P%% of a batch failed (default 0: any failure stops)")
+    parser.add_argument("--skip-unreachable", action="store_true",
+                        help="apply to the hosts that answer; the others are FAILED (default: any unreachable host "
+                             "stops the run before anything is applied)")
+    parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                        help="a line per host and changed or failed operation, as it happens (default: on a "
+                             "terminal, off with --json)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.add_argument("-v", "--verbose", action="store_true", help="show pyinfra's own log")
     parser.set_defaults(func=run)
+
+
+def _check_fleet_flags(args: argparse.Namespace) -> None:
+    problems = []
+    if args.diff and not args.dry:
+        problems.append(Problem("", "--diff", True, "shows what --dry would change; give --dry too "
+                                "(an apply prints what it changed)"))
+    if args.serial is not None and args.serial < 1:
+        problems.append(Problem("", "--serial", args.serial, "a batch size of at least 1"))
+    if not 0 <= args.max_fail_percent <= 100:
+        problems.append(Problem("", "--max-fail-percent", args.max_fail_percent, "a percentage, 0 to 100"))
+    if args.max_fail_percent and args.serial is None:
+        problems.append(Problem("", "--max-fail-percent", args.max_fail_percent, "applies per batch: give --serial"))
+    if problems:
+        raise ConfigError(problems)
 
 
 def _deploy_factory(role_name: str | None) -> Callable[[], Callable[..., Any]]:
@@ -83,12 +109,24 @@ def run(args: argparse.Namespace) -> int:
     inventory = load_inventory(args.inventory)
     for paragraph in fleet_advice(inventory):
         print(f"advice: {paragraph}", file=sys.stderr)
-    if args.diff and not args.dry:
-        raise ConfigError([Problem("", "--diff", True, "shows what --dry would change; give --dry too "
-                                   "(an apply prints what it changed)")])
+    _check_fleet_flags(args)
+    factory = _deploy_factory(args.role)
+    show_progress = args.progress if args.progress is not None else (sys.stderr.isatty() and not args.json)
+    progress = (lambda line: print(f"  {line}", file=sys.stderr, flush=True)) if show_progress else None
+
+    def run_batch(names: list[str] | None) -> ApplyResult:
+        return run_deploy(inventory, factory, dry=args.dry, limit=names if names is not None else args.limit,
+                          verbose=args.verbose, diff=args.diff, skip_unreachable=args.skip_unreachable,
+                          progress=progress)
+
     try:
-        result = run_deploy(inventory, _deploy_factory(args.role), dry=args.dry, limit=args.limit,
-                            verbose=args.verbose, diff=args.diff)
+        if args.serial is None:
+            result = run_batch(None)
+        else:
+            names = [h.name for h in select_hosts(inventory, args.limit)]
+            log = (lambda _: None) if args.json else (lambda line: print(f"sparkguard: {line}", file=sys.stderr))
+            result = roll(names, run_batch, serial=args.serial, max_fail_percent=args.max_fail_percent,
+                          dry=args.dry, log=log)
     except ConnectError as error:
         if args.retry_file:  # nothing was applied anywhere: the unreachable hosts are the ones to retry
             write_retry_file(Path(args.retry_file), list(error.hosts))

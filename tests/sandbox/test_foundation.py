@@ -9,6 +9,8 @@ import sys
 import threading
 from pathlib import Path
 
+import yaml
+
 from sparkguard.converge import site_deploy
 from sparkguard.inventory import load_inventory
 from sparkguard.operations import managed_file
@@ -141,6 +143,53 @@ def test_dry_diff_shows_a_hand_edit_and_never_a_secret(sandbox_nodes):
         assert "s3cret" not in text
     finally:
         sandbox_nodes.ssh("node-1", f"rm -f {path}")
+
+
+def _fleet_with_a_dead_node_first(sandbox_nodes, directory: Path, contact: str) -> Path:
+    """The sandbox inventory with 'ghost' (nothing listens on its address) ordered before the two nodes."""
+    document = yaml.safe_load((sandbox_nodes.inventory_dir / "hosts.yml").read_text())
+    group = document["all"]["children"]["sandbox"]
+    group["hosts"] = {"ghost": {"ssh_host": f"{NET}.99"}, **group["hosts"]}
+    document["all"]["vars"].setdefault("base", {})["contact"] = contact
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "hosts.yml").write_text(yaml.safe_dump(document, sort_keys=False))
+    return directory
+
+
+def test_rolling_apply_stops_skips_and_leaves_a_retry_file(sandbox_nodes, tmp_path):
+    """--serial stops after a failed batch (the rest untouched, reported FAILED, in the retry file);
+    --max-fail-percent lets it go on; --skip-unreachable applies to the nodes that answer; progress lines."""
+    retry = tmp_path / "site.retry"
+    try:
+        inventory = _fleet_with_a_dead_node_first(sandbox_nodes, tmp_path / "a", "rollout-a")
+        done = run_cli("apply", str(inventory), "--serial", "1", "--retry-file", str(retry), "--json")
+        assert done.returncode == 1, done.stderr
+        hosts = {h["host"]: h for h in json.loads(done.stdout)["hosts"]}
+        assert not any(h["ok"] for h in hosts.values())
+        assert "cannot reach" in hosts["ghost"]["errors"][0]
+        assert "batch 1 of 3 failed" in hosts["node-1"]["errors"][0] and "batch 1 of 3" in hosts["node-2"]["errors"][0]
+        assert [_contact_on(sandbox_nodes, n) for n in NODES] != ["rollout-a"] * 2
+        assert "rollout-a" not in {_contact_on(sandbox_nodes, n) for n in NODES}
+        assert retry.read_text().splitlines()[1:] == ["ghost", "node-1", "node-2"]
+
+        inventory = _fleet_with_a_dead_node_first(sandbox_nodes, tmp_path / "b", "rollout-b")
+        done = run_cli("apply", str(inventory), "--limit", f"@{retry}", "--serial", "2", "--max-fail-percent", "50",
+                       "--skip-unreachable", "--retry-file", str(retry), "--progress")
+        assert done.returncode == 1, done.stdout + done.stderr
+        assert "batch 1/2: ghost, node-1" in done.stderr and "batch 2/2: node-2" in done.stderr
+        assert "node-1 [" in done.stderr and "changed: sparkguard site | base: file /etc/sparkguard/node.json" in done.stderr
+        assert [_contact_on(sandbox_nodes, n) for n in NODES] == ["rollout-b"] * 2
+        assert retry.read_text().splitlines()[1:] == ["ghost"]
+
+        inventory = _fleet_with_a_dead_node_first(sandbox_nodes, tmp_path / "c", "rollout-c")
+        done = run_cli("apply", str(inventory), "--skip-unreachable", "--retry-file", str(retry), "--json")
+        hosts = {h["host"]: h for h in json.loads(done.stdout)["hosts"]}
+        assert done.returncode == 1 and hosts["node-1"]["ok"] and hosts["node-2"]["ok"] and not hosts["ghost"]["ok"]
+        assert "unreachable, skipped (--skip-unreachable)" in hosts["ghost"]["errors"][0]
+        assert [_contact_on(sandbox_nodes, n) for n in NODES] == ["rollout-c"] * 2
+        assert retry.read_text().splitlines()[1:] == ["ghost"]
+    finally:
+        assert apply(sandbox_nodes.inventory_dir).ok
 
 
 def test_validate_before_replace_keeps_live_file(sandbox_nodes):
