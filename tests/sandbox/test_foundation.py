@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -18,6 +20,7 @@ from sparkguard.render import render_inventory
 from sparkguard.runner import run_deploy
 from tests.conftest import REPO, run_cli
 from tests.sandbox.conftest import NET
+from tests.wheel import build_wheel, install
 
 NODES = ("node-1", "node-2")
 
@@ -190,6 +193,27 @@ def test_rolling_apply_stops_skips_and_leaves_a_retry_file(sandbox_nodes, tmp_pa
         assert retry.read_text().splitlines()[1:] == ["ghost"]
     finally:
         assert apply(sandbox_nodes.inventory_dir).ok
+
+
+def test_the_installed_wheel_applies_and_audits_from_an_unrelated_directory(sandbox_nodes, tmp_path):
+    """pip install of the built wheel into a fresh venv (no checkout on its path), then apply and audit the
+    sandbox nodes from another directory: the same state (no change), every check green."""
+    bin_dir = install(build_wheel(tmp_path / "build"), tmp_path / "venv")
+    elsewhere = tmp_path / "ops-repo"
+    shutil.copytree(sandbox_nodes.inventory_dir, elsewhere / "inventory" / "lab")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([str(bin_dir / "sparkguard"), *args], cwd=elsewhere, capture_output=True, text=True,
+                              timeout=600, env=env)
+
+    assert apply(sandbox_nodes.inventory_dir).ok
+    applied = run("apply", "inventory/lab", "--json")
+    assert applied.returncode == 0, applied.stderr[-3000:]
+    result = json.loads(applied.stdout)
+    assert result["ok"] and result["changed"] == 0, [h["changed_operations"] for h in result["hosts"]]
+    audited = run("audit", "inventory/lab")
+    assert audited.returncode == 0, audited.stdout[-3000:] + audited.stderr[-2000:]
 
 
 def test_validate_before_replace_keeps_live_file(sandbox_nodes):

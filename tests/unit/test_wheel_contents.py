@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
 import pytest
+
+from tests.wheel import build_wheel, install
 
 REPO = Path(__file__).resolve().parents[2]
 # Top-level folders that are development machinery: none of them may appear in the wheel.
@@ -25,19 +26,7 @@ HARNESS_MARKERS = ("conftest", "harness", "qemu", "/vm.py", "pytest")
 def wheel_path(tmp_path_factory) -> Path:
     if not shutil.which("git") or not (REPO / ".git").exists():
         pytest.skip("needs a git checkout to list the tracked files")
-    source = tmp_path_factory.mktemp("source")
-    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout
-    for name in filter(None, tracked.decode().split("\0")):
-        target = source / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if (REPO / name).is_file():
-            shutil.copy2(REPO / name, target)
-    out = tmp_path_factory.mktemp("wheel")
-    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "--disable-pip-version-check",
-                            "-w", str(out), str(source)], capture_output=True, text=True, timeout=600)
-    assert built.returncode == 0, built.stderr[-3000:]
-    (wheel,) = out.glob("sparkguard-*.whl")
-    return wheel
+    return build_wheel(tmp_path_factory.mktemp("build"))
 
 
 @pytest.fixture(scope="module")
@@ -74,13 +63,10 @@ def test_the_installed_wheel_works_from_anywhere(wheel_path, tmp_path):
     run from an unrelated directory: validate, plan and render work, the render is byte-identical to the
     checkout's golden copy, and no top-level `roles` package was installed."""
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
-    installed = subprocess.run([str(venv / "bin" / "pip"), "install", "--quiet", "--disable-pip-version-check",
-                                str(wheel_path)], capture_output=True, text=True, timeout=900)
-    assert installed.returncode == 0, installed.stderr[-3000:]
+    bin_dir = install(wheel_path, venv)
     elsewhere = tmp_path / "operator-repo"
     shutil.copytree(REPO / "inventory" / "example", elsewhere / "inventory" / "prod")
-    sparkguard = str(venv / "bin" / "sparkguard")
+    sparkguard = str(bin_dir / "sparkguard")
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
         done = subprocess.run([sparkguard, *args], cwd=elsewhere, capture_output=True, text=True, timeout=300)
@@ -88,6 +74,8 @@ def test_the_installed_wheel_works_from_anywhere(wheel_path, tmp_path):
         return done
 
     assert "2 host(s) valid" in run("validate", "inventory/prod").stdout
+    run("init", "scaffold", "--host", "gpu-01=192.0.2.31")
+    assert "1 host(s) valid: gpu-01" in run("validate", "scaffold/inventory/prod").stdout
     assert "verdict: FITS" in run("plan", "inventory/prod").stdout
     run("render", "inventory/prod", "--out", "rendered")
     golden = REPO / "tests" / "golden" / "example"
