@@ -20,6 +20,7 @@ APT_PACKAGES=(
   openssh-client                         # ssh-keygen for sandbox keys
   qemu-system-x86                        # VM tests that need the node's own kernel
   ca-certificates iproute2 util-linux procps
+  git zsh                                # the wheel and init tests (git), the zsh completion test
 )
 
 log() { printf '==> %s\n' "$*" >&2; }
