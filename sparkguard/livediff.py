@@ -57,12 +57,12 @@ class LiveFiles(FactBase[dict[str, "LiveFile"]]):
             quoted = shlex.quote(path)
             if path in secret:
                 body = f"sha256sum {quoted} | cut -d' ' -f1"
-                kind = "sha"
+                lines.append(f"if [ -f {quoted} ]; then printf '%s\\tsha\\t' {quoted}; {body}; "
+                             f"else printf '%s\\tabsent\\n' {quoted}; fi")
             else:
-                body = f"if [ $(stat -c %s {quoted}) -le {MAX_BYTES} ]; then base64 -w0 {quoted}; else echo; fi"
-                kind = "b64"
-            lines.append(f"if [ -f {quoted} ]; then printf '%s\\t{kind}\\t' {quoted}; {body}; echo; "
-                         f"else printf '%s\\tabsent\\n' {quoted}; fi")
+                lines.append(f"if [ ! -f {quoted} ]; then printf '%s\\tabsent\\n' {quoted}; "
+                             f"elif [ $(stat -c %s {quoted}) -gt {MAX_BYTES} ]; then printf '%s\\tbig\\n' {quoted}; "
+                             f"else printf '%s\\tb64\\t' {quoted}; base64 -w0 {quoted}; echo; fi")
         return "; ".join(lines) + "; true"
 
     def process(self, output: Iterable[str]) -> dict[str, LiveFile]:
@@ -74,9 +74,10 @@ class LiveFiles(FactBase[dict[str, "LiveFile"]]):
                 found[path] = LiveFile(None, None)
             elif kind == "sha":
                 found[path] = LiveFile(None, value.strip())
+            elif kind == "big":
+                found[path] = LiveFile(None, None, too_large=True)
             elif kind == "b64":
-                data = base64.b64decode(value.strip()) if value.strip() else None
-                found[path] = LiveFile(data, None, too_large=data is None)
+                found[path] = LiveFile(base64.b64decode(value.strip()), None)
         return found
 
 
