@@ -12,15 +12,12 @@ Everything is then compared here, offline. The probe writes nothing on the node.
 
 from __future__ import annotations
 
-import base64
 import os
-import shlex
 import time
-from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from pyinfra.api import Config, FactBase, State
+from pyinfra.api import Config, State
 from pyinfra.api import Inventory as PyinfraInventory
 from pyinfra.api.connect import disconnect_all
 from pyinfra.api.facts import get_fact
@@ -31,9 +28,20 @@ from pyinfra.context import ctx_host, ctx_state
 
 from . import registry
 from .auditing import AuditView, Check, ProbeOutput, ensure_key, file_problem, short
-from .facts import PROBE, NodeInfo, parse_probe
+from .desired import variant_states
+from .facts import NodeInfo
 from .inventory import Inventory, InventoryHost
-from .operations import PENDING_DIR, STAGE_DIR, UPLOAD_DIR, MatchingFiles, TemplateUnits, instances_of
+from .operations import instances_of
+from .probe import (
+    MANAGER,
+    NodeProbe,
+    absent_files_key,
+    absent_units_key,
+    edit_key,
+    parse_output,
+    script,
+    state_lines,
+)
 from .render import host_states
 from .runner import ConnectErrors, connect_hosts, explain_connect_error, quiet_pyinfra
 from .selection import select_hosts
@@ -42,7 +50,7 @@ from .state import DesiredState, Service
 # SSH round trips per host: the connection (key exchange + auth), then this many commands.
 COMMANDS_PER_HOST = 1
 ENABLED_STATES = {"enabled", "enabled-runtime", "static", "alias", "indirect", "generated", "linked"}
-MANAGER = "org.freedesktop.systemd1 /org/freedesktop/systemd1 org.freedesktop.systemd1.Manager"
+__all__ = ["MANAGER", "parse_output", "build_probe", "probe_states", "run_audit"]
 
 
 @dataclass
@@ -85,63 +93,16 @@ class AuditResult:
 
 # ---------------------------------------------------------------- the probe
 
-_HELPERS = r"""
-LC_ALL=C
-t=$(printf '\t')
-f() { if [ -f "$2" ]; then printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$(stat -c '%a:%U:%G' "$2")" "$(sha256sum < "$2" | cut -d' ' -f1)"; else printf '%s\t%s\tabsent\t-\n' "$1" "$2"; fi; }
-r() { printf '@@R\t%s\t%s\n' "$1" "$(printf '%s' "$2" | tr '\t\n' '  ')"; }
-pk() { printf '@@P\t%s\t%s\n' "$1" "$(dpkg-query -W -f='${db:Status-Status}' "$1" 2>/dev/null || echo absent)"; }
-sv() { printf '@@S\t%s\t%s\t%s\n' "$1" "$(systemctl is-enabled "$1" 2>/dev/null || true)" "$(systemctl is-active "$1" 2>/dev/null || true)"; }
-sc() { printf '@@K\t%s\t%s\n' "$1" "$(tr '\t\n' '  ' < "/proc/sys/$(printf '%s' "$1" | tr . /)" 2>/dev/null || echo absent)"; }
-ck() { if ( eval "$2" ) >/dev/null 2>&1; then printf '@@C\t%s\tyes\n' "$1"; else printf '@@C\t%s\tno\n' "$1"; fi; }
-ed() { if [ -f "$2" ]; then printf '@@D\t%s\t%s\n' "$1" "$(base64 -w0 < "$2")"; else printf '@@D\t%s\tabsent\n' "$1"; fi; }
-mp() { printf '%s' "$(busctl get-property $MANAGER "$1" 2>/dev/null)"; }
-"""
-
-
-def _q(value: str) -> str:
-    return shlex.quote(value)
-
 
 def probe_states(entry: InventoryHost) -> list[DesiredState]:
     """Every variant of the host's desired state the live node could select (Role.live_alternatives):
     the probe reads them all in one round trip; ``evaluate`` then judges the variant the node is."""
-    ROLES = registry.roles()
-
-    states = host_states(entry)
-    for role in ROLES:
-        if role.live_alternatives is not None and role.enabled(entry.config):
-            for live in role.live_alternatives(entry.config):
-                states += [s for s in host_states(entry, live=live) if s.role == role.name]
-    return states
+    return variant_states(entry.name, entry.config)
 
 
 def build_probe(entry: InventoryHost, states: list[DesiredState]) -> str:
     """The one script run on the node. Read-only: it only reads files, /proc, /sys and systemd."""
-    lines = [PROBE.replace("\ntrue\n", "\n"), f"MANAGER={_q(MANAGER)}", _HELPERS]
-    cfg = entry.config
-    for state in states:
-        for package in state.packages:
-            lines.append(f"pk {_q(package)}")
-        for managed in state.files:
-            lines.append(f"f @@F {_q(managed.path)}")
-        for service in state.services:
-            lines.append(f"sv {_q(service.name)}")
-        for key in state.sysctls:
-            lines.append(f"sc {_q(key)}")
-        for index, edit in enumerate(state.edits):
-            lines.append(f"ed {_q(f'{state.role}.{index}')} {_q(edit.path)}")
-        for index, item in enumerate(state.ensures):
-            lines.append(f"ck {_q(ensure_key(state, index))} {_q(item.check)}")
-        for index, absent in enumerate(state.absent_files):
-            lines.append(f"r {_q(f'absent_files.{state.role}.{index}')} \"$({MatchingFiles().command(absent.globs)})\"")
-        for index, gone in enumerate(state.absent_instances):
-            lines.append(f"r {_q(f'absent_units.{state.role}.{index}')} \"$({TemplateUnits().command(gone.template)})\"")
-    roles = {s.role for s in states}
-    lines = list(dict.fromkeys(lines))  # variants of one role share most lines (probe_states)
-    stages = " ".join(_q(f"{d}/{STAGE_DIR}") for d in sorted({m.path.rsplit("/", 1)[0] for s in states for m in s.files}))
-    lines.append(f"r leftovers \"$(ls -A {_q(PENDING_DIR)} 2>/dev/null | sed 's/^/pending:/'; "
-                 f"for p in {stages} {UPLOAD_DIR}/*; do [ -e \"$p\" ] && echo \"$p\"; done)\"")
+    lines = state_lines(states)
     lines.append(r"""
 lpid=$(systemctl show -p MainPID --value ssh.service 2>/dev/null)
 if [ -z "$lpid" ] || [ "$lpid" = 0 ]; then lpid=$(pgrep -o -x sshd 2>/dev/null); fi
@@ -151,47 +112,14 @@ r ssh_unit_adj "$(systemctl show -p OOMScoreAdjust --value ssh.service 2>/dev/nu
 r session_adj "$(cat /proc/$$/oom_score_adj)"
 r can_lower "$(sh -c 'echo -1 > /proc/self/oom_score_adj' 2>/dev/null && echo 1 || echo 0)"
 """)
+    roles = {s.role for s in states}
     for role in registry.roles():
         if role.audit_probe is not None and role.name in roles:
-            lines += role.audit_probe(cfg)
-    lines.append("true")
-    return "\n".join(lines) + "\n"
+            lines += role.audit_probe(entry.config)
+    return script(lines)
 
 
-class AuditProbe(FactBase[str]):
-    """Run the audit probe; its raw output (parsed by ``evaluate``)."""
-
-    def command(self, script: str) -> str:
-        return script
-
-    def process(self, output: Iterable[str]) -> str:
-        return "\n".join(output)
-
-
-def parse_output(text: str) -> ProbeOutput:
-    out = ProbeOutput(info=parse_probe("\n".join(line for line in text.splitlines() if not line.startswith("@@"))))
-    for line in text.splitlines():
-        if not line.startswith("@@"):
-            continue
-        tag, *rest = line.split("\t")
-        rest += [""] * 4
-        if tag == "@@F":
-            out.files[rest[0]] = (rest[1], rest[2])
-        elif tag == "@@V":
-            out.found_files[rest[0]] = (rest[1], rest[2])
-        elif tag == "@@P":
-            out.packages[rest[0]] = rest[1].strip()
-        elif tag == "@@S":
-            out.services[rest[0]] = (rest[1].strip(), rest[2].strip())
-        elif tag == "@@K":
-            out.sysctls[rest[0]] = " ".join(rest[1].split())
-        elif tag == "@@C":
-            out.ensures[rest[0]] = rest[1].strip() == "yes"
-        elif tag == "@@D":
-            out.edits[rest[0]] = None if rest[1] == "absent" else base64.b64decode(rest[1]).decode(errors="replace")
-        elif tag == "@@R":
-            out.runtime[rest[0]] = rest[1].strip()
-    return out
+AuditProbe = NodeProbe
 
 
 # ---------------------------------------------------------------- comparisons
@@ -217,9 +145,9 @@ def _left_behind(state: DesiredState, rt: dict[str, str]) -> list[str]:
     own = {f.path for f in state.files}
     left = []
     for index, _ in enumerate(state.absent_files):
-        left += [p for p in rt.get(f"absent_files.{state.role}.{index}", "").split() if p not in own]
+        left += [p for p in rt.get(absent_files_key(state, index), "").split() if p not in own]
     for index, gone in enumerate(state.absent_instances):
-        units = rt.get(f"absent_units.{state.role}.{index}", "").split()
+        units = rt.get(absent_units_key(state, index), "").split()
         left += [gone.template.format(n) for n in instances_of(gone.template, units) if n not in gone.keep]
     return left
 
@@ -252,7 +180,7 @@ def _state_checks(state: DesiredState, probe: ProbeOutput) -> list[Check]:
         else:
             add(f"{state.role}: sysctls", not wrong, expected, ", ".join(wrong) if wrong else "live")
     for index, edit in enumerate(state.edits):
-        current = probe.edits.get(f"{state.role}.{index}")
+        current = probe.edits.get(edit_key(state, index))
         ok = current is None or edit.transform(current) == current
         add(f"{state.role}: {edit.path}", ok, edit.description,
             "absent (nothing to edit)" if current is None else ("as desired" if ok else "not yet edited"))

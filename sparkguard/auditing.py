@@ -39,6 +39,10 @@ class ProbeOutput:
     ensures: dict[str, bool] = field(default_factory=dict)
     edits: dict[str, str | None] = field(default_factory=dict)
     runtime: dict[str, str] = field(default_factory=dict)
+    # Read for apply's snapshot only: directory -> "mode:owner:group" or "absent"; unit -> systemctl show's
+    # SubState and UnitFileState (pyinfra's own notion of running and enabled).
+    directories: dict[str, str] = field(default_factory=dict)
+    units: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

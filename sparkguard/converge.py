@@ -20,17 +20,20 @@ from pyinfra.api import deploy
 from pyinfra.api.exceptions import PyinfraError
 from pyinfra.api.operation import OperationMeta
 from pyinfra.facts.deb import DebPackages
-from pyinfra.operations import apt, files, server, systemd
+from pyinfra.operations import apt, files, systemd
 from pyinfra.operations.util import any_changed
 
-from . import livediff, registry
+from . import livediff, registry, snapshot
+from .auditing import ProbeOutput, ensure_key
+from .desired import node_profile
 from .errors import Problem
 from .facts import NodeFacts, NodeInfo
 from .hostconfig import HostConfig, host_config_model
 from .operations import (
+    FETCH,
+    FileState,
     FileText,
     Leftovers,
-    ManagedFilesState,
     ManagedFileState,
     MatchingFiles,
     TemplateUnits,
@@ -40,10 +43,16 @@ from .operations import (
     managed_file,
     pending_marker,
     service_action,
+    sysctl,
     unit_masked,
 )
-from .role import NodeProfile, Role, RoleContext
+from .operations import directory as managed_directory
+from .operations import service as service_state
+from .probe import absent_files_key, absent_units_key, edit_key, stage_directories
+from .role import Role, RoleContext
 from .state import DesiredState, FileEdit, ManagedFile, is_systemd_unit_path
+
+__all__ = ["node_profile", "converge", "current_context", "role_deploy", "site_deploy"]
 
 MEMORY_TOLERANCE = 0.02
 
@@ -89,24 +98,14 @@ def role_preflight(host_name: str, config: HostConfig, info: NodeInfo) -> list[P
     return problems
 
 
-def node_profile(config: HostConfig, live: NodeInfo | None = None) -> NodeProfile:
-    """What roles may depend on: declared values, so render == apply; ``live`` only resolves an 'auto'."""
-    declared = config.node.memory_total_gib
-    return NodeProfile(
-        memory_total_bytes=int(round(declared * 2**30)) if declared is not None else None,
-        device_class=config.node.device_profile,
-        live=live,
-    )
-
-
 node_info_cache: dict[str, NodeInfo] = {}
 
 
-def current_node_info() -> NodeInfo:
-    """NodeFacts once per host per run: pyinfra 3 does not cache facts."""
-    if host.name not in node_info_cache:
-        node_info_cache[host.name] = host.get_fact(NodeFacts)
-    return node_info_cache[host.name]
+def current_node_info(config: HostConfig) -> NodeInfo:
+    """The node's facts, from this run's snapshot of it (one round trip that also reads every role's state)."""
+    info = snapshot.take(host.name, config).info
+    node_info_cache[host.name] = info
+    return info
 
 
 def current_context() -> RoleContext:
@@ -118,7 +117,7 @@ def current_context() -> RoleContext:
             f"(inventory/<name>/inventory.py), not a bare host name"
         )
     config = host_config_model().model_validate(settings)
-    info = current_node_info()
+    info = current_node_info(config)
     problems = check_node(host.name, config, info) + role_preflight(host.name, config, info)
     if problems:
         raise PreflightError(problems)
@@ -137,11 +136,14 @@ def _markers(state: DesiredState, path: str) -> tuple[str, ...]:
     return tuple(markers)
 
 
-def _install_file(state: DesiredState, managed: ManagedFile, known: dict[str, Any]) -> OperationMeta:
-    extra = {"current": known[managed.path]} if managed.path in known else {}
-    markers = _markers(state, managed.path)
-    if markers:
-        extra["pending"] = markers
+def _hint(table: dict[str, Any] | None, key: str, convert: Callable[[Any], Any] = lambda v: v) -> Any:
+    """A ``Known`` value when the snapshot read ``key``, else ``FETCH`` (the operation reads it)."""
+    if table is None or key not in table:
+        return FETCH
+    return snapshot.known(convert(table[key]))
+
+
+def _install_file(state: DesiredState, managed: ManagedFile, snap: ProbeOutput | None) -> OperationMeta:
     return managed_file(
         name=f"{state.role}: file {managed.path}",
         path=managed.path,
@@ -150,74 +152,93 @@ def _install_file(state: DesiredState, managed: ManagedFile, known: dict[str, An
         owner=managed.owner,
         group=managed.group,
         validate=managed.validate,
-        **extra,
+        pending=_markers(state, managed.path),
+        current=_hint(snap.files if snap else None, managed.path, snapshot.file_state),
     )
 
 
 def converge(state: DesiredState) -> None:
-    """Apply one role's desired state on the current host, one step per kind, in this order."""
+    """Apply one role's desired state on the current host, one step per kind, in this order.
+
+    Current state comes from this run's snapshot of the node (sparkguard.snapshot) when it read this role;
+    otherwise each step reads its own facts.
+    """
     if livediff.collecting() and state.files:
         live = host.get_fact(livediff.LiveFiles, paths=tuple(f.path for f in state.files),
                              secret=tuple(f.path for f in state.files if f.secret))
         livediff.record(host.name, state, live)
-    missing = _missing_packages(state)
-    # With nothing to install, only this role's own operations touch its files between now and
-    # execution, so their current state can be read here in one round trip instead of one per file.
-    known = host.get_fact(ManagedFilesState, paths=tuple(f.path for f in state.files)) if state.files and not missing else {}
-    pending = _clear_leftovers(state)
-    file_ops = {m.path: _install_file(state, m, known) for m in state.files if m.before_packages}
+    snap = snapshot.covering(state)
+    missing = _missing_packages(state, snap)
+    pending = _clear_leftovers(state, snap)
+    file_ops = {m.path: _install_file(state, m, snap) for m in state.files if m.before_packages}
     if missing:
         apt.packages(name=f"{state.role}: install {' '.join(missing)}", packages=missing, update=True,
                      cache_time=3600, no_recommends=True)
     for directory in state.directories:
-        files.directory(name=f"{state.role}: directory {directory.path}", path=directory.path, mode=directory.mode,
-                        user=directory.owner, group=directory.group)
-    file_ops.update({m.path: _install_file(state, m, known) for m in state.files if not m.before_packages})
-    edit_ops = _apply_edits(state)
-    removed = _converge_absent(state)
+        managed_directory(name=f"{state.role}: directory {directory.path}", path=directory.path,
+                          mode=directory.mode, owner=directory.owner, group=directory.group,
+                          current=_hint(snap.directories if snap else None, directory.path))
+    file_ops.update({m.path: _install_file(state, m, snap) for m in state.files if not m.before_packages})
+    edit_ops = _apply_edits(state, snap)
+    removed = _converge_absent(state, snap)
     reload_triggers = [op for path, op in file_ops.items() if state.file(path).is_systemd_unit]
     reload_triggers += [op for edit, op in edit_ops if edit.path == "/etc/fstab"]
     reload_triggers += [op for path, op in removed.items() if is_systemd_unit_path(path)]
     if reload_triggers or DAEMON_RELOAD in pending:
         service_action(name=f"{state.role}: systemd daemon-reload", service="", action="daemon-reload",
                        marker=DAEMON_RELOAD, _if=_changed_or_pending(reload_triggers, DAEMON_RELOAD in pending))
+    enabled_states = {name: seen[0] for name, seen in snap.services.items()} if snap else None
     for service in state.services:
         if service.masked is not None:
             unit_masked(name=f"{state.role}: {'mask' if service.masked else 'unmask'} {service.name}",
-                        unit=service.name, masked=service.masked)
-    if state.sysctls and not current_node_info().container:
+                        unit=service.name, masked=service.masked, current=_hint(enabled_states, service.name))
+    if state.sysctls and not _in_container(snap):
         # In a container /proc/sys is the host's: the file is installed, the values are the host's business.
         for key, value in sorted(state.sysctls.items()):
-            server.sysctl(name=f"{state.role}: sysctl {key}", key=key, value=value)
-    _converge_services(state, file_ops, pending)
-    for item in state.ensures:
-        ensure(name=f"{state.role}: {item.description}", check=item.check, fix=item.fix)
+            sysctl(name=f"{state.role}: sysctl {key}", key=key, value=value,
+                   current=_hint(snap.sysctls if snap else None, key))
+    _converge_services(state, file_ops, pending, snap)
+    for index, item in enumerate(state.ensures):
+        ensure(name=f"{state.role}: {item.description}", check=item.check, fix=item.fix,
+               holds=_hint(snap.ensures if snap else None, ensure_key(state, index)))
 
 
-def _missing_packages(state: DesiredState) -> list[str]:
+def _in_container(snap: ProbeOutput | None) -> bool:
+    info = snap.info if snap else node_info_cache.get(host.name) or host.get_fact(NodeFacts)
+    return info.container
+
+
+def _missing_packages(state: DesiredState, snap: ProbeOutput | None) -> list[str]:
     if not state.packages:
         return []
+    if snap is not None:
+        return [name for name in state.packages if snap.packages.get(name) != "installed"]
     installed = host.get_fact(DebPackages) or {}
     return [name for name in state.packages if name not in installed]
 
 
-def _clear_leftovers(state: DesiredState) -> set[str]:
+def _clear_leftovers(state: DesiredState, snap: ProbeOutput | None) -> set[str]:
     """Remove what an interrupted apply left next to this role's files; return the markers it left pending."""
-    directories = tuple(sorted({f.path.rsplit("/", 1)[0] or "/" for f in state.files}
-                               | {e.path.rsplit("/", 1)[0] or "/" for e in state.edits}))
-    found = host.get_fact(Leftovers, directories=directories)
+    directories = tuple(stage_directories([state]))
+    found = snapshot.leftovers(snap, directories) if snap else host.get_fact(Leftovers, directories=directories)
     leftovers_removed(name=f"{state.role}: leftovers of an interrupted apply", directories=directories, found=found)
     return {pending_marker(*name.rsplit(".", 1)) for name in (found or {}).get("pending", []) if "." in name}
 
 
-def _apply_edits(state: DesiredState) -> list[tuple[FileEdit, OperationMeta]]:
+def _apply_edits(state: DesiredState, snap: ProbeOutput | None) -> list[tuple[FileEdit, OperationMeta]]:
     """(edit, operation) for each in-place edit whose file exists (an absent file has nothing to edit)."""
     applied = []
-    for edit in state.edits:
-        current = host.get_fact(FileText, path=edit.path)
+    for index, edit in enumerate(state.edits):
+        if snap is not None:
+            current = snap.edits.get(edit_key(state, index))
+            mode_owner: FileState = snapshot.file_state(snap.files[edit.path]) or {}
+            known = _hint(snap.files, edit.path, snapshot.file_state)
+        else:
+            current = host.get_fact(FileText, path=edit.path)
+            mode_owner = host.get_fact(ManagedFileState, path=edit.path) or {}  # type: ignore[arg-type]
+            known = FETCH
         if current is None:
             continue
-        mode_owner = host.get_fact(ManagedFileState, path=edit.path) or {}
         applied.append((edit, managed_file(
             name=f"{state.role}: edit {edit.path} ({edit.description})",
             path=edit.path,
@@ -227,14 +248,19 @@ def _apply_edits(state: DesiredState) -> list[tuple[FileEdit, OperationMeta]]:
             group=mode_owner.get("group", "root"),
             validate=edit.validate,
             pending=(DAEMON_RELOAD,) if edit.path == "/etc/fstab" else (),
+            current=known,
         )))
     return applied
 
 
-def _converge_absent(state: DesiredState) -> dict[str, OperationMeta]:
+def _converge_absent(state: DesiredState, snap: ProbeOutput | None) -> dict[str, OperationMeta]:
     """Stop instances and remove files the desired state no longer has (pyinfra's own present=False)."""
-    for absent in state.absent_instances:
-        units = host.get_fact(TemplateUnits, template=absent.template) or []
+    for index, absent in enumerate(state.absent_instances):
+        key = absent_units_key(state, index)
+        if snap is not None and key in snap.runtime:
+            units = snap.runtime[key].split()
+        else:
+            units = host.get_fact(TemplateUnits, template=absent.template) or []
         for name in sorted(set(instances_of(absent.template, units)) - set(absent.keep)):
             for template in (absent.template, *absent.companions):
                 systemd.service(name=f"{state.role}: stop {template.format(name)} ({absent.description})",
@@ -244,15 +270,21 @@ def _converge_absent(state: DesiredState) -> dict[str, OperationMeta]:
                            path=path.format(name), present=False)
     own = {f.path for f in state.files}
     removed: dict[str, OperationMeta] = {}
-    for absent_files in state.absent_files:
-        for path in host.get_fact(MatchingFiles, globs=absent_files.globs) or []:
+    for index, absent_files in enumerate(state.absent_files):
+        key = absent_files_key(state, index)
+        if snap is not None and key in snap.runtime:
+            found = sorted(set(snap.runtime[key].split()))
+        else:
+            found = host.get_fact(MatchingFiles, globs=absent_files.globs) or []
+        for path in found:
             if path not in own and path not in removed:
                 removed[path] = files.file(name=f"{state.role}: remove {path} ({absent_files.description})",
                                            path=path, present=False)
     return removed
 
 
-def _converge_services(state: DesiredState, file_ops: dict[str, OperationMeta], pending: set[str]) -> None:
+def _converge_services(state: DesiredState, file_ops: dict[str, OperationMeta], pending: set[str],
+                       snap: ProbeOutput | None) -> None:
     """Restart/reload what a changed (or still pending) file calls for, then running/enabled as declared."""
     for service in state.services:
         for action, paths in (("restart", service.restart_on), ("reload", service.reload_on)):
@@ -263,11 +295,12 @@ def _converge_services(state: DesiredState, file_ops: dict[str, OperationMeta], 
                                action=action, marker=marker, _if=_changed_or_pending(triggers, marker in pending))
         if service.running is None and service.enabled is None:
             continue
-        systemd.service(
+        service_state(
             name=f"{state.role}: {service.name} {'running' if service.running else 'stopped'}",
             service=service.name,
             running=service.running,
             enabled=service.enabled,
+            current=_hint(snap.units if snap else None, service.name),
         )
 
 

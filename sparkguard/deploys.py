@@ -77,7 +77,7 @@ def _deploy_for(name: str) -> Callable[..., None]:
     @deploy(f"sparkguard {name}")
     def apply(settings: Mapping[str, Any] | None = None, node: Mapping[str, Any] | None = None) -> None:
         config = role_config(host.name, name, settings, node)
-        info = current_node_info()
+        info = current_node_info(config)
         problems = check_node(host.name, config, info) + role_preflight(host.name, config, info)
         if problems:
             raise ConfigError(problems)

@@ -12,11 +12,13 @@ import hashlib
 import io
 import posixpath
 import shlex
-from collections.abc import Generator, Iterable
+from collections.abc import Callable, Generator, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from pyinfra import host
 from pyinfra.api import FactBase, FileUploadCommand, StringCommand, operation
+from pyinfra.operations import files, server, systemd
 
 Commands = Generator[StringCommand | FileUploadCommand, None, None]
 FileState = dict[str, str]
@@ -75,6 +77,27 @@ class ManagedFilesState(FactBase[dict[str, FileState | None]]):
 
 
 _FETCH = object()
+FETCH: Any = _FETCH  # "not known: read it in the operation" (the default of every ``current``)
+
+
+@dataclass(frozen=True)
+class Known:
+    """A value read earlier in this run (apply's snapshot), to be trusted only while ``fresh()``.
+
+    Operations run long after the snapshot was taken; ``fresh`` says whether anything on the node has
+    changed since (sparkguard.snapshot.fresh). While it has not, the value is exact and the operation needs
+    no round trip of its own; after a change it reads the node again, as it would without a snapshot.
+    """
+
+    value: Any
+    fresh: Callable[[], bool]
+
+
+def resolve(current: Any, read: Callable[[], Any]) -> Any:
+    """``current`` as an operation may use it: a fresh ``Known`` value, an exact value, or read now."""
+    if isinstance(current, Known):
+        return current.value if current.fresh() else read()
+    return read() if current is _FETCH else current
 
 
 def normal_mode(mode: str) -> str:
@@ -103,7 +126,7 @@ def managed_file(path: str, content: str, mode: str = "0644", owner: str = "root
     + validate: shell command run on the staged copy, ``{path}`` replaced by its location;
       a non-zero exit leaves the live file untouched and fails the operation
     + current: the file's state when the caller already read it (``ManagedFilesState``, one
-      round trip for many files); by default it is read here
+      round trip for many files, or a ``Known`` from apply's snapshot); by default it is read here
     + pending: markers (``pending_marker``) created just before the file goes live, so the
       restart it calls for survives an apply that dies in between
 
@@ -119,8 +142,7 @@ def managed_file(path: str, content: str, mode: str = "0644", owner: str = "root
     data = content.encode()
     want_sha = hashlib.sha256(data).hexdigest()
     want_mode = normal_mode(mode)
-    if current is _FETCH:
-        current = host.get_fact(ManagedFileState, path=path)
+    current = resolve(current, lambda: host.get_fact(ManagedFileState, path=path))
 
     if current is not None and current["sha256"] == want_sha:
         if current["mode"] != want_mode:
@@ -202,8 +224,7 @@ def leftovers_removed(directories: tuple[str, ...], found: Any = _FETCH) -> Comm
 
         leftovers_removed(name="interrupted apply: leftovers", directories=("/etc/default",))
     """
-    if found is _FETCH or found is None:
-        found = host.get_fact(Leftovers, directories=directories) or Leftovers.default()
+    found = resolve(found, lambda: host.get_fact(Leftovers, directories=directories)) or Leftovers.default()
     stray = found["staging"] + found["uploads"]
     if stray:
         yield StringCommand("rm", "-rf", "--", *(shlex.quote(p) for p in stray))
@@ -314,27 +335,94 @@ class UnitFileState(FactBase[str]):
 
 
 @operation()
-def ensure(check: str, fix: str) -> Commands:
-    """Run ``fix`` only when ``check`` fails.
+def ensure(check: str, fix: str, holds: Any = _FETCH) -> Commands:
+    """Run ``fix`` only when ``check`` fails (``holds``: the check's result when already known).
 
     Example::
 
         ensure(name="swap off now", check="! grep -q / /proc/swaps", fix="swapoff -a")
     """
-    if not host.get_fact(CommandSucceeds, check=check):
+    if not resolve(holds, lambda: host.get_fact(CommandSucceeds, check=check)):
         yield StringCommand("sh", "-c", shlex.quote(fix))
 
 
 @operation()
-def unit_masked(unit: str, masked: bool = True) -> Commands:
-    """Mask or unmask a systemd unit (pyinfra's systemd.service cannot).
+def unit_masked(unit: str, masked: bool = True, current: Any = _FETCH) -> Commands:
+    """Mask or unmask a systemd unit (pyinfra's systemd.service cannot); ``current``: its is-enabled state.
 
     Example::
 
         unit_masked(name="no swap at boot", unit="swap.target", masked=True)
     """
-    state = host.get_fact(UnitFileState, unit=unit)
+    state = resolve(current, lambda: host.get_fact(UnitFileState, unit=unit))
     if masked and state != "masked":
         yield StringCommand("systemctl", "mask", shlex.quote(unit))
     elif not masked and state == "masked":
         yield StringCommand("systemctl", "unmask", shlex.quote(unit))
+
+
+# pyinfra's own operations, behind a known current state: a node already as desired costs no round trip;
+# otherwise pyinfra's operation decides and acts, reading the node as it always does.
+
+RUNNING_SUBSTATES = ("running", "waiting", "exited", "listening", "mounted")  # pyinfra's SystemdStatus
+ENABLED_UNIT_FILE_STATES = ("enabled", "static")                           # pyinfra's SystemdEnabled
+
+
+def directory_as_desired(seen: str | None, mode: str | None, owner: str | None, group: str | None) -> bool:
+    """``seen`` is ``mode:owner:group`` of a real directory (not a link), or "absent"."""
+    if not seen or seen == "absent":
+        return False
+    have_mode, have_owner, have_group = (seen.split(":") + ["", ""])[:3]
+    return ((mode is None or have_mode == normal_mode(mode)) and owner in (None, have_owner)
+            and group in (None, have_group))
+
+
+@operation()
+def directory(path: str, mode: str | None, owner: str | None, group: str | None, current: Any = _FETCH) -> Commands:
+    """pyinfra's ``files.directory``, skipped when ``current`` (``directory_as_desired``'s input) matches.
+
+    Example::
+
+        directory(name="runs", path="/var/lib/sparkguard/runs", mode="0755", owner="root", group="root")
+    """
+    seen = resolve(current, lambda: None)
+    if seen is not None and directory_as_desired(seen, mode, owner, group):
+        return
+    yield from files.directory._inner(path=path, mode=mode, user=owner, group=group)
+
+
+def service_as_desired(seen: dict[str, str] | None, running: bool | None, enabled: bool | None) -> bool:
+    """``seen``: systemctl show's SubState and UnitFileState, judged as pyinfra's facts judge them."""
+    if not seen or "SubState" not in seen or "UnitFileState" not in seen:
+        return False
+    is_running = seen["SubState"] in RUNNING_SUBSTATES
+    is_enabled = seen["UnitFileState"] in ENABLED_UNIT_FILE_STATES
+    return (running is None or running == is_running) and (enabled is None or enabled == is_enabled)
+
+
+@operation()
+def service(service: str, running: bool | None, enabled: bool | None, current: Any = _FETCH) -> Commands:
+    """pyinfra's ``systemd.service`` (running/enabled), skipped when ``current`` says it already is.
+
+    Example::
+
+        service(name="earlyoom running", service="earlyoom.service", running=True, enabled=True)
+    """
+    seen = resolve(current, lambda: None)
+    if seen is not None and service_as_desired(seen, running, enabled):
+        return
+    yield from systemd.service._inner(service=service, running=running, enabled=enabled)
+
+
+@operation()
+def sysctl(key: str, value: str, current: Any = _FETCH) -> Commands:
+    """pyinfra's ``server.sysctl`` (the live value), skipped when ``current`` (whitespace-normalized) matches.
+
+    Example::
+
+        sysctl(name="swappiness", key="vm.swappiness", value="10")
+    """
+    seen = resolve(current, lambda: None)
+    if seen is not None and seen == " ".join(str(value).split()):
+        return
+    yield from server.sysctl._inner(key=key, value=value)

@@ -13,12 +13,10 @@ from typing import Any
 
 import yaml
 
-from . import registry
-from .converge import node_profile
+from .desired import states_for
 from .errors import ConfigError, Problem
 from .facts import NodeInfo
 from .inventory import Inventory, InventoryHost
-from .role import RoleContext
 from .state import DesiredState
 
 SECRET_PLACEHOLDER = "# secret: rendered on apply only; the value never leaves the operator's machine in a render\n"
@@ -26,10 +24,7 @@ SECRET_PLACEHOLDER = "# secret: rendered on apply only; the value never leaves t
 
 def host_states(entry: InventoryHost, live: NodeInfo | None = None) -> list[DesiredState]:
     """Desired state of every enabled role for one host (pure: no SSH; ``live`` resolves 'auto' settings)."""
-    ROLES = registry.roles()
-
-    ctx = RoleContext(host=entry.name, config=entry.config, node=node_profile(entry.config, live))
-    return [role.desired_state(ctx) for role in ROLES if role.enabled(entry.config)]
+    return states_for(entry.name, entry.config, live)
 
 
 def _summary(states: list[DesiredState]) -> dict[str, Any]:
@@ -63,7 +58,7 @@ def _summary(states: list[DesiredState]) -> dict[str, Any]:
     }
 
 
-def _inside(root: Path, path: Path, host: str, what: str) -> Path:
+def path_inside(root: Path, path: Path, host: str, what: str) -> Path:
     """``path`` if it stays under ``root`` (lexically: no '..', no absolute part), else a ConfigError.
 
     Render runs on a reviewer's machine against a pull request's inventory: nothing it writes or
@@ -91,9 +86,9 @@ def render_inventory(inventory: Inventory, out: Path) -> list[Path]:
     root = out.resolve()
     written: list[Path] = []
     for entry in sorted(inventory.hosts, key=lambda h: h.name):
-        host_dir = _inside(root, root / entry.name, entry.name, "host name")
+        host_dir = path_inside(root, root / entry.name, entry.name, "host name")
         states = host_states(entry)
-        targets = [(managed, _inside(host_dir, host_dir / managed.path.lstrip("/"), entry.name, managed.path))
+        targets = [(managed, path_inside(host_dir, host_dir / managed.path.lstrip("/"), entry.name, managed.path))
                    for state in states for managed in state.files]
         if host_dir.is_symlink():
             host_dir.unlink()

@@ -25,7 +25,7 @@ from pyinfra.api.operations import run_ops
 from pyinfra.api.state import BaseStateCallback, StateStage
 from pyinfra.connectors.sshuserclient.client import get_host_keys
 
-from . import livediff, node_lock, registry
+from . import livediff, node_lock, registry, snapshot
 from .converge import PreflightError, node_info_cache
 from .errors import ConfigError, ConnectError, NodeBusyError, Problem
 from .facts import NodeInfo
@@ -194,6 +194,7 @@ def _run_deploy(inventory: Inventory, deploy_factory: Callable[[], Callable[[], 
     pyinfra.is_cli = False
     quiet_pyinfra(verbose)
     node_info_cache.clear()
+    snapshot.clear()
     # pyinfra memoizes known_hosts per process; a long-lived caller (tests, a
     # fixed known_hosts after a reimage) must see the file as it is now.
     get_host_keys.cache.clear()

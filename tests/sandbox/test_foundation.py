@@ -19,6 +19,7 @@ from sparkguard.operations import managed_file
 from sparkguard.render import render_inventory
 from sparkguard.runner import run_deploy
 from tests.conftest import REPO, run_cli
+from tests.roundtrips import counting
 from tests.sandbox.conftest import NET
 from tests.wheel import build_wheel, install
 
@@ -34,10 +35,16 @@ def test_apply_site_to_two_nodes_then_second_apply_changes_nothing(sandbox_nodes
     assert first.ok, json.dumps(first.as_dict(), indent=1, default=str)
     assert [h.host for h in first.hosts] == list(NODES)
 
-    second = apply(sandbox_nodes.inventory_dir)
+    with counting() as trips:
+        second = apply(sandbox_nodes.inventory_dir)
     assert second.ok, json.dumps(second.as_dict(), indent=1, default=str)
     assert second.changed == 0, [h.changed_names for h in second.hosts]
     assert all(h.operations > 0 for h in second.hosts)
+    # A no-op apply reads each node once (the snapshot) besides taking its lock: at most 3 round trips per
+    # host (the target; 2 today), however many roles, files and services there are.
+    per_node = {name: trips[sandbox_nodes.node(name).address] for name in NODES}
+    print(f"no-op apply: SSH round trips per host after connecting: {per_node}")
+    assert all(0 < count <= 3 for count in per_node.values()), per_node
 
 
 def test_node_state_is_byte_identical_to_render(sandbox_nodes, tmp_path):

@@ -99,10 +99,12 @@ def test_gpu_ranking_verdict_table():
 
 def test_files_and_instances_the_inventory_dropped_are_named():
     from sparkguard.audit import _left_behind
+    from sparkguard.probe import absent_files_key, absent_units_key
 
     entry, states = example()
     vllm = next(s for s in states if s.role == "vllm")
-    runtime = {"absent_files.vllm.0": "/etc/sparkguard/vllm/llama-8b.yaml /etc/sparkguard/vllm/old.yaml",
-               "absent_units.vllm.0": "sparkguard-vllm@llama-8b.service sparkguard-vllm@old.service"}
+    files, units = absent_files_key(vllm, 0), absent_units_key(vllm, 0)
+    runtime = {files: "/etc/sparkguard/vllm/llama-8b.yaml /etc/sparkguard/vllm/old.yaml",
+               units: "sparkguard-vllm@llama-8b.service sparkguard-vllm@old.service"}
     assert _left_behind(vllm, runtime) == ["/etc/sparkguard/vllm/old.yaml", "sparkguard-vllm@old.service"]
-    assert _left_behind(vllm, {"absent_files.vllm.0": "/etc/sparkguard/vllm/llama-8b.yaml"}) == []
+    assert _left_behind(vllm, {files: "/etc/sparkguard/vllm/llama-8b.yaml"}) == []

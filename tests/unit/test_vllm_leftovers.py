@@ -12,6 +12,7 @@ import pytest
 
 from sparkguard.audit import _left_behind
 from sparkguard.inventory import load_inventory
+from sparkguard.probe import absent_files_key, absent_units_key
 from sparkguard.render import host_states
 
 BASE = """
@@ -44,7 +45,7 @@ def vllm_state(inventory_dir, policy: str, names: list[str]):
 def removed(state) -> list[str]:
     files = " ".join(ON_NODE["files"])
     units = " ".join(ON_NODE["units"])
-    runtime = {"absent_files.vllm.0": files, "absent_units.vllm.0": units}
+    runtime = {absent_files_key(state, 0): files, absent_units_key(state, 0): units}
     return sorted(_left_behind(state, runtime))
 
 

@@ -1,0 +1,160 @@
+"""Apply's snapshot: operations that are given the node's current state need no round trip of their own
+while it holds, and act as pyinfra's own operations do (reading the node) once anything has changed.
+
+Table-driven like pyinfra's operation tests: the known state in, commands out, the no-change case included.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+from pyinfra.context import ctx_host, ctx_state
+from pyinfra.facts.files import Directory
+from pyinfra.facts.server import Sysctl
+from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
+
+from sparkguard import snapshot
+from sparkguard.auditing import ProbeOutput
+from sparkguard.facts import parse_probe
+from sparkguard.operations import (
+    CommandSucceeds,
+    Known,
+    UnitFileState,
+    directory,
+    ensure,
+    service,
+    sysctl,
+    unit_masked,
+)
+from sparkguard.probe import parse_output
+from tests.unit.operations_harness import commands, node
+
+FRESH, STALE = (lambda: True), (lambda: False)
+SERVICE = "earlyoom.service"
+
+
+@pytest.mark.parametrize("known,live_facts,expected", [
+    # Known and as desired: nothing to do, nothing read.
+    (Known("755:root:root", FRESH), {}, []),
+    # Known and different: pyinfra's files.directory decides, from the node.
+    (Known("700:root:root", FRESH), {Directory: {"mode": 700, "user": "root", "group": "root"}},
+     ["chmod 755 /var/lib/sparkguard/runs"]),
+    (Known("absent", FRESH), {Directory: None}, ["mkdir -p /var/lib/sparkguard/runs", "chmod 755 /var/lib/sparkguard/runs",
+                                                  "chown root:root /var/lib/sparkguard/runs"]),
+    # Stale (something changed since the snapshot): the node is read again, whatever was known.
+    (Known("755:root:root", STALE), {Directory: None}, ["mkdir -p /var/lib/sparkguard/runs",
+                                                         "chmod 755 /var/lib/sparkguard/runs",
+                                                         "chown root:root /var/lib/sparkguard/runs"]),
+])
+def test_directory(known, live_facts, expected):
+    with node(live_facts) as fake:
+        fake.noop = lambda *_: None   # pyinfra's operations note what they skip
+        assert commands(directory, "/var/lib/sparkguard/runs", "0755", "root", "root", current=known) == expected
+
+
+@pytest.mark.parametrize("known,live_facts,expected", [
+    (Known({"SubState": "running", "UnitFileState": "enabled"}, FRESH), {}, []),
+    # exited (a oneshot that ran) and static count as running and enabled, as in pyinfra's facts.
+    (Known({"SubState": "exited", "UnitFileState": "static"}, FRESH), {}, []),
+    (Known({"SubState": "dead", "UnitFileState": "enabled"}, FRESH),
+     {SystemdStatus: {SERVICE: False}, SystemdEnabled: {SERVICE: True}}, [f"systemctl start {SERVICE}"]),
+    (Known({"SubState": "running", "UnitFileState": "disabled"}, FRESH),
+     {SystemdStatus: {SERVICE: True}, SystemdEnabled: {SERVICE: False}}, [f"systemctl enable {SERVICE}"]),
+    # Stale: pyinfra's facts decide (here the unit stopped meanwhile).
+    (Known({"SubState": "running", "UnitFileState": "enabled"}, STALE),
+     {SystemdStatus: {SERVICE: False}, SystemdEnabled: {SERVICE: True}}, [f"systemctl start {SERVICE}"]),
+    # Not read by the snapshot (an unknown shape): pyinfra's facts decide.
+    (Known({}, FRESH), {SystemdStatus: {SERVICE: True}, SystemdEnabled: {SERVICE: True}}, []),
+])
+def test_service(known, live_facts, expected):
+    with node(live_facts) as fake:
+        fake.noop = lambda *_: None
+        assert commands(service, SERVICE, True, True, current=known) == expected
+
+
+@pytest.mark.parametrize("known,live_facts,expected", [
+    (Known("10", FRESH), {}, []),
+    (Known("60", FRESH), {Sysctl: {"vm.swappiness": 60}}, ["sysctl vm.swappiness=10"]),
+    (Known("10", STALE), {Sysctl: {"vm.swappiness": 60}}, ["sysctl vm.swappiness=10"]),
+])
+def test_sysctl(known, live_facts, expected):
+    with node(live_facts) as fake:
+        fake.noop = lambda *_: None
+        assert commands(sysctl, "vm.swappiness", "10", current=known) == expected
+
+
+@pytest.mark.parametrize("known,live_fact,expected", [
+    (Known(True, FRESH), None, []),
+    (Known(False, FRESH), None, ["sh -c 'swap-toggle off'"]),
+    (Known(True, STALE), False, ["sh -c 'swap-toggle off'"]),
+    (Known(False, STALE), True, []),
+])
+def test_ensure(known, live_fact, expected):
+    with node({CommandSucceeds: live_fact}):
+        assert commands(ensure, "swap-toggle none-active", "swap-toggle off", holds=known) == expected
+
+
+@pytest.mark.parametrize("known,expected", [
+    (Known("masked", FRESH), []),
+    (Known("static", FRESH), ["systemctl mask swap.target"]),
+    (Known("masked", STALE), ["systemctl mask swap.target"]),  # the node (below) says static
+])
+def test_unit_masked(known, expected):
+    with node({UnitFileState: "static"}):
+        assert commands(unit_masked, "swap.target", True, current=known) == expected
+
+
+def test_probe_output_becomes_what_the_operations_take():
+    text = "\n".join([
+        "memtotal_kb=1000", "container=none",
+        "@@F\t/etc/default/earlyoom\t644:root:root\tab12",
+        "@@F\t/etc/fstab\tabsent\t-",
+        "@@T\t/var/lib/sparkguard/runs\t755:root:root",
+        "@@U\tearlyoom.service\tSubState=running UnitFileState=enabled ",
+        "@@R\tleftovers\tpending:earlyoom.service.restart /etc/default/.sparkguard-stage "
+        "/etc/other/.sparkguard-stage .sparkguard-upload/3f2a",
+    ])
+    snap = parse_output(text)
+    assert snapshot.file_state(snap.files["/etc/default/earlyoom"]) == {
+        "mode": "644", "owner": "root", "group": "root", "sha256": "ab12"}
+    assert snapshot.file_state(snap.files["/etc/fstab"]) is None
+    assert snap.directories == {"/var/lib/sparkguard/runs": "755:root:root"}
+    assert snap.units == {"earlyoom.service": {"SubState": "running", "UnitFileState": "enabled"}}
+    # Only this role's staging directories; uploads and pending markers are every role's business.
+    assert snapshot.leftovers(snap, ("/etc/default",)) == {
+        "staging": ["/etc/default/.sparkguard-stage"], "uploads": [".sparkguard-upload/3f2a"],
+        "pending": ["earlyoom.service.restart"]}
+
+
+class FakeHost:
+    def __init__(self, current_op_hash: str, op_hash_order: list[str]) -> None:
+        self.current_op_hash, self.op_hash_order = current_op_hash, op_hash_order
+
+
+def _run(ops: list[tuple[str, bool | None]], current: str) -> bool:
+    """``fresh()`` inside operation ``current`` of a host whose earlier operations changed (True), did not
+    change (False) or have not run (None, a dry run)."""
+    metas = {}
+    for name, changed in ops:
+        meta = SimpleNamespace(is_complete=lambda c=changed: c is not None, did_change=lambda c=changed: bool(c))
+        metas[name] = SimpleNamespace(operation_meta=meta)
+    fake_host = FakeHost(current, [name for name, _ in ops])
+    fake_state = SimpleNamespace(ops={fake_host: metas})
+    with ctx_host.use(fake_host), ctx_state.use(fake_state):
+        return snapshot.fresh()
+
+
+@pytest.mark.parametrize("ops,current,fresh", [
+    ([("a", False), ("b", False), ("c", None)], "c", True),     # nothing changed before c
+    ([("a", False), ("b", True), ("c", None)], "c", False),     # b changed the node: c reads it again
+    ([("a", False), ("b", None), ("c", True)], "b", True),      # a later change does not count
+    ([("a", None), ("b", None), ("c", None)], "c", True),       # dry run: nothing executes
+])
+def test_the_snapshot_holds_until_the_first_change(ops, current, fresh):
+    assert _run(ops, current) is fresh
+
+
+def test_a_probe_that_read_nothing_is_no_snapshot_of_a_role():
+    snap = ProbeOutput(info=parse_probe("memtotal_kb=1000"))
+    assert snap.files == {} and snap.packages == {}
