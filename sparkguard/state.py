@@ -7,7 +7,7 @@ so what reviewers diff is byte-for-byte what lands on the node.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import re
 from dataclasses import dataclass, field
 
 
@@ -66,16 +66,32 @@ class Service:
 
 @dataclass(frozen=True)
 class FileEdit:
-    """An edit of a node-owned file (fstab): a pure text transform applied to what is there.
+    """An edit of a node-owned file (fstab): every match of ``regexp`` is replaced by ``replace``.
 
-    The result depends on the node's file, so render lists the edit, not its
-    output. An absent file is left absent.
+    Data, not a Python callable, so that apply and the Ansible export (``ansible.builtin.replace``,
+    which takes exactly these two values) compute the same file: ``transform`` is what that module
+    does with them (``replace_all``). The result depends on the node's file, so render lists the
+    edit, not its output. An absent file is left absent.
     """
 
     path: str
-    transform: Callable[[str], str]
+    regexp: str
+    replace: str
     description: str
     validate: str | None = None
+
+    def transform(self, text: str) -> str:
+        return replace_all(self.regexp, self.replace, text)
+
+
+def replace_all(regexp: str, replace: str, text: str) -> str:
+    """Every match of ``regexp`` in ``text`` replaced, as ``ansible.builtin.replace`` does it: Python ``re``
+    with MULTILINE (``^``/``$`` at each line), ``replace`` may name groups (``\\1``, ``\\g<name>``).
+
+    >>> replace_all(r"^(?=b)", "# ", "a\\nb\\n")
+    'a\\n# b\\n'
+    """
+    return re.compile(regexp, re.MULTILINE).sub(replace, text)
 
 
 @dataclass(frozen=True)
@@ -116,8 +132,12 @@ class AbsentInstances:
     files: tuple[str, ...] = ()
 
 
+# Where systemd reads units and drop-ins: a change below one of these needs a daemon-reload.
+SYSTEMD_UNIT_DIRS = ("/etc/systemd/", "/usr/lib/systemd/", "/lib/systemd/", "/usr/local/lib/systemd/")
+
+
 def is_systemd_unit_path(path: str) -> bool:
-    return path.startswith(("/etc/systemd/", "/usr/lib/systemd/", "/lib/systemd/", "/usr/local/lib/systemd/"))
+    return path.startswith(SYSTEMD_UNIT_DIRS)
 
 
 @dataclass(frozen=True)

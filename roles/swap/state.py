@@ -26,7 +26,7 @@ from sparkguard.state import DesiredState, Directory, Ensure, FileEdit, ManagedF
 from sparkguard.templating import render_template
 
 from . import train_launcher
-from .fstab import MARKER, disable_swap_lines, enable_swap_lines
+from .fstab import DISABLE, ENABLE, MARKER
 from .settings import SwapSettings
 
 TOGGLE = f"{LIB_DIR}/swap-toggle"
@@ -79,12 +79,12 @@ def desired_state(ctx: RoleContext) -> DesiredState:
                     validate=f"{SYSCTL_CHECK} {{path}}"),
     )
     if off:
-        edit = FileEdit("/etc/fstab", disable_swap_lines, f"comment out swap lines with '{MARKER.strip()}'",
+        edit = FileEdit("/etc/fstab", *DISABLE, f"comment out swap lines with '{MARKER.strip()}'",
                         validate="findmnt --verify --tab-file {path}")
         now = Ensure("no swap active now", check=f"{TOGGLE} none-active",
                      fix=f"{TOGGLE} off --reserve-percent {int(reserve)}")
     else:
-        edit = FileEdit("/etc/fstab", enable_swap_lines, f"restore swap lines marked '{MARKER.strip()}'",
+        edit = FileEdit("/etc/fstab", *ENABLE, f"restore swap lines marked '{MARKER.strip()}'",
                         validate="findmnt --verify --tab-file {path}")
         now = Ensure("fstab swap active now (unless in training mode)",
                      check=f"{TOGGLE} fstab-active --training-target {TRAINING_TARGET}", fix=f"{TOGGLE} on")

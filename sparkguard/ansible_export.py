@@ -1,0 +1,293 @@
+"""``sparkguard render --format ansible``: the desired states apply converges to, as an Ansible playbook.
+
+For a team that runs Ansible (AWX, an existing pipeline), and for a benchmark of sparkguard against
+ansible-playbook on identical work. Written under OUT:
+
+- ``site.yml``: ONE static play (``sparkguard.ansible_play``); its tasks loop over per-host data, so all
+  hosts run together with forks=N, in the order converge applies each kind.
+- ``host_vars/<host>.yml``: that data, read from the same DesiredState objects render writes and apply
+  converges (``render.host_states``). It is tagged ``!unsafe`` as a whole: file contents carry the
+  ``{{ }}`` of Prometheus and Grafana templates, and Ansible must never template them.
+- ``inventory.yml`` and ``ansible.cfg``: how to reach each host, from the sparkguard inventory.
+
+Secrets are never read or written (``sparkguard.ansible_secrets``): a file that needs one looks it up
+from the same environment variable or file, on the controller, when the play runs.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from . import __version__, registry
+from .ansible_play import header, plays
+from .ansible_secrets import StandIns, traced
+from .errors import ConfigError, Problem
+from .inventory import Inventory, InventoryHost
+from .operations import STAGE_DIR
+from .render import path_inside
+from .state import DesiredState, FileEdit, ManagedFile, Service
+
+STATE_VAR = "sparkguard_state"
+# Edits after which systemd must re-read its units, as converge decides: fstab is the input of
+# systemd-fstab-generator (its .mount and .swap units).
+GENERATOR_INPUTS = ("/etc/fstab",)
+INTERPRETER = "/usr/bin/python3"  # where the site's first task installs python3 when a node lacks it
+
+
+# ---------------------------------------------------------------- validate: ours -> Ansible's
+
+
+def staged_check(check: str, path: str, owner: str | None = None, group: str | None = None,
+                 mode: str | None = None) -> str:
+    """sparkguard's ``validate`` (a shell command on ``{path}``, the staged copy) as a script over ``$1``.
+
+    Ansible validates its own temporary file (called ``source`` or ``tmpXXXX``); our commands need the
+    live file's name (``systemd-analyze verify`` reads the unit type from it) and its owner and mode. So
+    ``$1`` is staged exactly as apply stages it (``DIR/.sparkguard-stage/NAME``; an edit takes the live
+    file's owner and mode) and the command runs on that, with apply's message when it fails. site.yml
+    hands the script to ``sh`` base64-encoded (ansible_play.VALIDATE): Ansible splits ``validate`` into
+    words without a shell and expands $VARS in them, which would change a shell command.
+    """
+    directory, name = os.path.split(path)
+    stage_dir = os.path.join(directory, STAGE_DIR)
+    staged = os.path.join(stage_dir, name)
+    q_dir, q_staged, q_path = (shlex.quote(p) for p in (stage_dir, staged, path))
+    if owner is None:
+        ownership = f"chown --reference={q_path} {q_staged} && chmod --reference={q_path} {q_staged}"
+    else:
+        ownership = f"chown {shlex.quote(f'{owner}:{group}')} {q_staged} && chmod {shlex.quote(mode or '0644')} {q_staged}"
+    return (
+        f"mkdir -p -m 0700 {q_dir} && cp \"$1\" {q_staged} && {ownership} || {{ rm -rf {q_dir}; exit 1; }}\n"
+        f"{check.replace('{path}', q_staged)} || {{ echo 'sparkguard: validation failed for {path}; "
+        f"the live file was not touched' >&2; rm -rf {q_dir}; exit 1; }}\n"
+        f"rm -rf {q_dir}\n"
+    )
+
+
+# ---------------------------------------------------------------- one host's data
+
+
+def _validate(check: str | None, **where: Any) -> dict[str, str]:
+    return {"validate": staged_check(check, **where)} if check else {}
+
+
+def _file(state: DesiredState, managed: ManagedFile, stand_ins: StandIns) -> dict[str, Any]:
+    parts = stand_ins.parts(managed.content)
+    return {
+        "role": state.role, "path": managed.path, "mode": managed.mode, "owner": managed.owner,
+        "group": managed.group, "secret": managed.secret, "daemon_reload": managed.is_systemd_unit,
+        **({"parts": parts} if parts is not None else {"content": managed.content}),
+        **_validate(managed.validate, path=managed.path, owner=managed.owner, group=managed.group, mode=managed.mode),
+    }
+
+
+def _edit(state: DesiredState, edit: FileEdit) -> dict[str, Any]:
+    return {"role": state.role, "path": edit.path, "description": edit.description, "regexp": edit.regexp,
+            "replace": edit.replace, "daemon_reload": edit.path in GENERATOR_INPUTS,
+            **_validate(edit.validate, path=edit.path)}
+
+
+def _absent(state: DesiredState) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """What must go: globs (never the role's own files) and instances of unit templates (never ``keep``)."""
+    own = sorted({f.path for f in state.files})
+    files = [{"role": state.role, "description": a.description, "globs": list(a.globs), "keep": own}
+             for a in state.absent_files]
+    instances = []
+    for gone in state.absent_instances:
+        prefix, _, suffix = gone.template.partition("{}")
+        instances.append({
+            "role": state.role, "description": gone.description, "pattern": f"{prefix}*{suffix}",
+            "regexp": f"^{re.escape(prefix)}(.+){re.escape(suffix)}$", "keep": list(gone.keep),
+            # [before, after] the instance name, as str.format fills each template's {}.
+            "units": [_around(t) for t in (gone.template, *gone.companions)],
+            "files": [_around(f) for f in gone.files],
+        })
+    return files, instances
+
+
+def _around(template: str) -> list[str]:
+    """``a@{}.service`` -> ``["a@", ".service"]``: what goes before and after the instance name."""
+    before, _, after = template.format("\0").partition("\0")
+    return [before, after]
+
+
+def _service(state: DesiredState, service: Service) -> dict[str, Any]:
+    return {"role": state.role, "name": service.name, "running": service.running, "enabled": service.enabled,
+            "restart_on": list(service.restart_on), "reload_on": list(service.reload_on)}
+
+
+def state_data(states: list[DesiredState], stand_ins: StandIns) -> dict[str, Any]:
+    """Every role's state as one set of lists, one per kind, in registry order (what site.yml loops over)."""
+    data: dict[str, list[Any]] = {key: [] for key in (
+        "packages", "files_before_packages", "directories", "files", "edits", "absent_files", "absent_instances",
+        "masks", "sysctls", "services", "ensures")}
+    for state in states:
+        data["packages"] += [p for p in state.packages if p not in data["packages"]]
+        data["files_before_packages"] += [_file(state, m, stand_ins) for m in state.files if m.before_packages]
+        data["files"] += [_file(state, m, stand_ins) for m in state.files if not m.before_packages]
+        data["directories"] += [{"role": state.role, "path": d.path, "mode": d.mode, "owner": d.owner,
+                                 "group": d.group} for d in state.directories]
+        data["edits"] += [_edit(state, e) for e in state.edits]
+        absent_files, absent_instances = _absent(state)
+        data["absent_files"] += absent_files
+        data["absent_instances"] += absent_instances
+        data["masks"] += [{"role": state.role, "name": s.name, "masked": s.masked}
+                          for s in state.services if s.masked is not None]
+        data["sysctls"] += [{"role": state.role, "key": k, "value": v} for k, v in sorted(state.sysctls.items())]
+        data["services"] += [_service(state, s) for s in state.services]
+        data["ensures"] += [{"role": state.role, "description": e.description, "check": e.check, "fix": e.fix}
+                            for e in state.ensures]
+    used = [lookup for text, lookup in stand_ins.lookups.items() if "setting" not in lookup]
+    return {**data, "secrets": used}
+
+
+def host_data(entry: InventoryHost) -> tuple[dict[str, Any], list[Problem]]:
+    """One host's desired state as data, built without reading a secret, and why it cannot be exported (if so)."""
+    (states, stand_ins), refused = traced(entry)
+    return state_data(states, stand_ins), refused
+
+
+# ---------------------------------------------------------------- YAML
+
+
+class _Unsafe(dict[str, Any]):
+    """A mapping written with Ansible's ``!unsafe`` tag: every string in it is data, never a template."""
+
+
+class _Dumper(yaml.SafeDumper):  # type: ignore[misc]  # PyYAML ships no stubs: SafeDumper is Any
+    """Readable output: multi-line text as literal blocks where YAML keeps it exact, order as built."""
+
+
+def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    # \x85, \u2028 and \u2029 are line breaks to a YAML reader: written as they are, they would come back as
+    # \n or a space; only a double-quoted scalar escapes them.
+    if any(c in value for c in "\x85\u2028\u2029"):
+        style: str | None = '"'
+    else:
+        style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+def _represent_unsafe(dumper: yaml.SafeDumper, value: _Unsafe) -> yaml.MappingNode:
+    return dumper.represent_mapping("!unsafe", dict(value))
+
+
+_Dumper.add_representer(str, _represent_str)
+_Dumper.add_representer(_Unsafe, _represent_unsafe)
+
+
+def dump(document: Any) -> str:
+    text: str = yaml.dump(document, Dumper=_Dumper, sort_keys=False, default_flow_style=False, allow_unicode=True,
+                          width=120)
+    return text
+
+
+def _comment(lines: list[str]) -> str:
+    return "".join(f"# {line}\n" if line else "#\n" for line in lines)
+
+
+def offline_choices(entry: InventoryHost) -> list[str]:
+    """Where a role chooses on the live node ('auto' settings, Role.live_alternatives) and the export, offline,
+    chose as render does: in the role's own words (Role.describe). Apply may choose otherwise on that node."""
+    return [f"{role.name}: " + "; ".join(role.describe(entry.config, None).values())
+            for role in registry.roles()
+            if role.enabled(entry.config) and role.describe is not None and role.live_alternatives is not None
+            and role.live_alternatives(entry.config)]
+
+
+def host_vars_text(entry: InventoryHost, data: dict[str, Any]) -> str:
+    choices = offline_choices(entry)
+    header = _comment([
+        f"{entry.name}: its sparkguard desired state, generated by sparkguard {__version__} (render --format ansible).",
+        "Data only: tagged !unsafe, so Ansible never templates a file's {{ }}. site.yml loops over these lists.",
+        "Secrets are not here: a file that needs one names the environment variable or file the controller",
+        "looks it up from (parts: ... {env: NAME} / {file: PATH}).",
+        *(["Chosen without seeing the node (declare the setting to choose yourself):", *choices] if choices else []),
+    ])
+    return header + dump({STATE_VAR: _Unsafe(data)})
+
+
+# ---------------------------------------------------------------- inventory.yml, ansible.cfg
+
+
+def connection_vars(entry: InventoryHost) -> dict[str, Any]:
+    """The host's connection settings in Ansible's words (the reverse of ansible_compat.ALIASES)."""
+    cfg = entry.config
+    ssh_options = [f"-o StrictHostKeyChecking={cfg.ssh_host_key_checking}"]
+    if cfg.ssh_known_hosts_file:
+        ssh_options.append(f"-o UserKnownHostsFile={shlex.quote(cfg.ssh_known_hosts_file)}")
+    return {
+        "ansible_host": cfg.ssh_host, "ansible_port": cfg.ssh_port, "ansible_user": cfg.ssh_user,
+        "ansible_become": cfg.sudo,
+        **({"ansible_ssh_private_key_file": cfg.ssh_key} if cfg.ssh_key else {}),
+        "ansible_ssh_common_args": " ".join(ssh_options),
+    }
+
+
+def inventory_text(entries: list[InventoryHost]) -> str:
+    document = {"all": {"vars": {"ansible_python_interpreter": INTERPRETER},
+                        "hosts": {e.name: _Unsafe(connection_vars(e)) for e in entries}}}
+    return _comment([f"Generated by sparkguard {__version__} from the sparkguard inventory: how to reach each host.",
+                     "Host keys are checked as the inventory says (ssh_host_key_checking, ssh_known_hosts_file)."]
+                    ) + dump(document)
+
+
+def ansible_cfg(hosts: int) -> str:
+    return (f"# Generated by sparkguard {__version__}. Ansible reads this file from the current directory:\n"
+            f"# run ansible-playbook from here, or set ANSIBLE_CONFIG to this file.\n"
+            f"[defaults]\ninventory = inventory.yml\nforks = {max(hosts, 1)}\ngathering = explicit\n"
+            f"# Each host's ssh args say yes or accept-new (inventory.yml); Ansible must not turn checking off.\n"
+            f"host_key_checking = True\nretry_files_enabled = False\ninterpreter_python = {INTERPRETER}\n\n"
+            f"[connection]\npipelining = True\n")
+
+
+# ---------------------------------------------------------------- writing OUT
+
+
+def site_text() -> str:
+    return _comment(header(__version__)) + dump(plays(__version__))
+
+
+def _target(root: Path, relative: str) -> Path:
+    """``root/relative``, refused outside ``root``; a symlink on the way is replaced, never written through."""
+    target = path_inside(root, root / relative, "", relative)
+    for path in (target.parent, target):
+        if path != root and path.is_symlink():
+            path.unlink()
+    return target
+
+
+def export_inventory(inventory: Inventory, out: Path) -> list[Path]:
+    """Write the playbook, inventory, config and every host's data under ``out``; return the paths (sorted).
+
+    Nothing is written before every host's data is built: a refused secret leaves OUT as it was. A host
+    data file of a host no longer in the inventory is removed (Ansible would ignore it; a reader would not).
+    """
+    entries = sorted(inventory.hosts, key=lambda h: h.name)
+    built = {entry.name: host_data(entry) for entry in entries}
+    refused = [problem for _, found in built.values() for problem in found]
+    if refused:
+        raise ConfigError(refused)
+    data = {name: host for name, (host, _) in built.items()}
+    out.mkdir(parents=True, exist_ok=True)
+    root = out.resolve()
+    texts = {"site.yml": site_text(), "inventory.yml": inventory_text(entries), "ansible.cfg": ansible_cfg(len(entries))}
+    texts |= {f"host_vars/{e.name}.yml": host_vars_text(e, data[e.name]) for e in entries}
+    targets = {relative: _target(root, relative) for relative in texts}
+    host_vars = root / "host_vars"
+    if host_vars.is_dir():
+        for stale in set(host_vars.glob("*.yml")) - set(targets.values()):
+            stale.unlink()
+    for relative, target in targets.items():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(texts[relative])
+    return sorted(targets.values())
+
+
+__all__ = ["staged_check", "export_inventory", "host_data", "StandIns", "STATE_VAR"]
