@@ -29,8 +29,14 @@ t=$(printf '\t')
 f() { if [ -f "$2" ]; then printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$(stat -c '%a:%U:%G' "$2")" "$(sha256sum < "$2" | cut -d' ' -f1)"; else printf '%s\t%s\tabsent\t-\n' "$1" "$2"; fi; }
 r() { printf '@@R\t%s\t%s\n' "$1" "$(printf '%s' "$2" | tr '\t\n' '  ')"; }
 pk() { printf '@@P\t%s\t%s\n' "$1" "$(dpkg-query -W -f='${db:Status-Status}' "$1" 2>/dev/null || echo absent)"; }
-sv() { printf '@@S\t%s\t%s\t%s\n' "$1" "$(systemctl is-enabled "$1" 2>/dev/null || true)" "$(systemctl is-active "$1" 2>/dev/null || true)"; }
-su() { printf '@@U\t%s\t%s\n' "$1" "$(systemctl show -p SubState -p UnitFileState "$1" 2>/dev/null | tr '\t\n' '  ')"; }
+nl='
+'
+fs() { for p do shift; case $p in *"$t"*|*"$nl"*) continue;; esac; if [ -f "$p" ]; then set -- "$@" "$p"; else printf '@@F\t%s\tabsent\t-\n' "$p"; fi; done
+  [ $# -gt 0 ] || return 0; printf '@@FP\t%s\n' "$@"; stat -c "@@FM$t%a:%U:%G" -- "$@"
+  sha256sum -z -- "$@" | tr '\0\n' '\n ' | cut -c1-64 | sed "s/^/@@FH$t/"; }
+sv() { for u do printf '@@E\t%s\t%s\n' "$u" "$(systemctl is-enabled "$u" 2>/dev/null || true)"; done
+  printf '@@SN\t%s\n' "$@"; systemctl is-active -- "$@" 2>/dev/null | sed "s/^/@@SA$t/"; }
+su() { printf '@@UN\t%s\n' "$@"; systemctl show -p SubState -p UnitFileState -- "$@" 2>/dev/null | awk -v RS= '{gsub(/\n/, " "); print "@@UV\t" $0}'; }
 sc() { printf '@@K\t%s\t%s\n' "$1" "$(tr '\t\n' '  ' < "/proc/sys/$(printf '%s' "$1" | tr . /)" 2>/dev/null || echo absent)"; }
 ck() { if ( eval "$2" ) >/dev/null 2>&1; then printf '@@C\t%s\tyes\n' "$1"; else printf '@@C\t%s\tno\n' "$1"; fi; }
 ed() { if [ -f "$2" ]; then printf '@@D\t%s\t%s\n' "$1" "$(base64 -w0 < "$2")"; else printf '@@D\t%s\tabsent\n' "$1"; fi; }
@@ -68,12 +74,19 @@ def stage_directories(states: Iterable[DesiredState]) -> list[str]:
 
 def state_lines(states: list[DesiredState], for_apply: bool = False) -> list[str]:
     """The probe lines of the desired states; ``for_apply`` adds what only apply needs (directories, services
-    in pyinfra's own terms, the mode and owner of edited files)."""
-    lines = []
+    in pyinfra's own terms, the mode and owner of edited files).
+
+    Files, services and units are read in one batch each (one ``stat``, one ``sha256sum``, one
+    ``systemctl is-active``/``show`` for all of them): a fork per item was most of the probe's time.
+    """
+    lines: list[str] = []
+    files: list[str] = []
+    services: list[str] = []
+    units: list[str] = []
     for state in states:
         lines += [f"pk {q(package)}" for package in state.packages]
-        lines += [f"f @@F {q(managed.path)}" for managed in state.files]
-        lines += [f"sv {q(service.name)}" for service in state.services]
+        files += [managed.path for managed in state.files]
+        services += [service.name for service in state.services]
         lines += [f"sc {q(key)}" for key in state.sysctls]
         for index, edit in enumerate(state.edits):
             lines.append(f"ed {q(edit_key(state, index))} {q(edit.path)}")
@@ -85,9 +98,12 @@ def state_lines(states: list[DesiredState], for_apply: bool = False) -> list[str
             lines.append(f"r {q(absent_units_key(state, index))} \"$({TemplateUnits().command(gone.template)})\"")
         if for_apply:
             lines += [f"dr {q(directory.path)}" for directory in state.directories]
-            lines += [f"su {q(s.name)}" for s in state.services if s.running is not None or s.enabled is not None]
-            lines += [f"f @@F {q(edit.path)}" for edit in state.edits]
+            units += [s.name for s in state.services if s.running is not None or s.enabled is not None]
+            files += [edit.path for edit in state.edits]
     lines = list(dict.fromkeys(lines))  # variants of one role share most lines
+    for helper, names in (("fs", files), ("sv", services), ("su", units)):
+        if names:
+            lines.append(" ".join([helper, *(q(name) for name in dict.fromkeys(names))]))
     stages = " ".join(q(f"{d}/{STAGE_DIR}") for d in stage_directories(states))
     lines.append(f"r leftovers \"$(ls -A {q(PENDING_DIR)} 2>/dev/null | sed 's/^/pending:/'; "
                  f"for p in {stages} {UPLOAD_DIR}/*; do [ -e \"$p\" ] && echo \"$p\"; done)\"")
@@ -109,23 +125,31 @@ class NodeProbe(FactBase[str]):
         return "\n".join(output)
 
 
+def _zipped(names: list[str], values: list[str]) -> dict[str, str]:
+    """A batch's values by name, in the order asked; nothing when the counts differ (then every item of the
+    batch is unknown: apply reads it itself, audit reports it, neither guesses)."""
+    return dict(zip(names, values, strict=True)) if len(names) == len(values) else {}
+
+
 def parse_output(text: str) -> ProbeOutput:
     out = ProbeOutput(info=parse_probe("\n".join(line for line in text.splitlines() if not line.startswith("@@"))))
+    batch: dict[str, list[str]] = {}
+    enabled: dict[str, str] = {}
     for line in text.splitlines():
         if not line.startswith("@@"):
             continue
         tag, *rest = line.split("\t")
         rest += [""] * 4
-        if tag == "@@F":
+        if tag in ("@@FP", "@@FM", "@@FH", "@@SN", "@@SA", "@@UN", "@@UV"):
+            batch.setdefault(tag, []).append(rest[0])
+        elif tag == "@@F":
             out.files[rest[0]] = (rest[1], rest[2])
         elif tag == "@@V":
             out.found_files[rest[0]] = (rest[1], rest[2])
         elif tag == "@@P":
             out.packages[rest[0]] = rest[1].strip()
-        elif tag == "@@S":
-            out.services[rest[0]] = (rest[1].strip(), rest[2].strip())
-        elif tag == "@@U":
-            out.units[rest[0]] = dict(p.split("=", 1) for p in rest[1].split() if "=" in p)
+        elif tag == "@@E":
+            enabled[rest[0]] = rest[1].strip()
         elif tag == "@@K":
             out.sysctls[rest[0]] = " ".join(rest[1].split())
         elif tag == "@@C":
@@ -136,4 +160,11 @@ def parse_output(text: str) -> ProbeOutput:
             out.directories[rest[0]] = rest[1].strip()
         elif tag == "@@R":
             out.runtime[rest[0]] = rest[1].strip()
+    present = batch.get("@@FP", [])
+    modes, hashes = _zipped(present, batch.get("@@FM", [])), _zipped(present, batch.get("@@FH", []))
+    out.files.update({path: (modes[path], hashes[path]) for path in present if path in modes and path in hashes})
+    active = _zipped(batch.get("@@SN", []), [a.strip() for a in batch.get("@@SA", [])])
+    out.services.update({name: (state, active[name]) for name, state in enabled.items() if name in active})
+    shown = _zipped(batch.get("@@UN", []), batch.get("@@UV", []))
+    out.units.update({name: dict(p.split("=", 1) for p in value.split() if "=" in p) for name, value in shown.items()})
     return out

@@ -33,8 +33,10 @@ def green_output(entry, states) -> str:
         for m in state.files:
             sha = hashlib.sha256(m.content.encode()).hexdigest()
             lines.append(f"@@F\t{m.path}\t{int(m.mode, 8):o}:{m.owner}:{m.group}\t{sha}")
-        for s in state.services:
-            lines.append(f"@@S\t{s.name}\t{'masked' if s.masked else 'enabled'}\t{'active' if s.running else 'inactive'}")
+        for s in state.services:   # one `systemctl is-enabled` per unit, one `is-active` for the batch
+            lines.append(f"@@E\t{s.name}\t{'masked' if s.masked else 'enabled'}")
+            lines.append(f"@@SN\t{s.name}")
+            lines.append(f"@@SA\t{'active' if s.running else 'inactive'}")
         lines += [f"@@K\t{k}\t{v}" for k, v in state.sysctls.items()]
         lines += [f"@@C\t{state.role}.{i}\tyes" for i, _ in enumerate(state.ensures)]
     return "\n".join(lines)
@@ -42,8 +44,8 @@ def green_output(entry, states) -> str:
 
 def test_drifted_file_and_missing_service_are_named():
     entry, states = example()
-    text = green_output(entry, states).replace("@@S\tearlyoom.service\tenabled\tactive",
-                                               "@@S\tearlyoom.service\tenabled\tfailed")
+    text = green_output(entry, states).replace("@@SN\tearlyoom.service\n@@SA\tactive",
+                                               "@@SN\tearlyoom.service\n@@SA\tfailed")
     text = "\n".join(line if not line.startswith("@@F\t/etc/default/earlyoom") else
                      "@@F\t/etc/default/earlyoom\t644:root:root\t" + "0" * 64 for line in text.splitlines())
     checks = {c.name: c for c in evaluate(entry, states, parse_output(text))}

@@ -27,7 +27,7 @@ from sparkguard.operations import (
     sysctl,
     unit_masked,
 )
-from sparkguard.probe import parse_output
+from sparkguard.probe import HELPERS, parse_output, q
 from tests.unit.operations_harness import commands, node
 
 FRESH, STALE = (lambda: True), (lambda: False)
@@ -111,7 +111,8 @@ def test_probe_output_becomes_what_the_operations_take():
         "@@F\t/etc/default/earlyoom\t644:root:root\tab12",
         "@@F\t/etc/fstab\tabsent\t-",
         "@@T\t/var/lib/sparkguard/runs\t755:root:root",
-        "@@U\tearlyoom.service\tSubState=running UnitFileState=enabled ",
+        "@@UN\tearlyoom.service",
+        "@@UV\tSubState=running UnitFileState=enabled",
         "@@R\tleftovers\tpending:earlyoom.service.restart /etc/default/.sparkguard-stage "
         "/etc/other/.sparkguard-stage .sparkguard-upload/3f2a",
     ])
@@ -158,3 +159,66 @@ def test_the_snapshot_holds_until_the_first_change(ops, current, fresh):
 def test_a_probe_that_read_nothing_is_no_snapshot_of_a_role():
     snap = ProbeOutput(info=parse_probe("memtotal_kb=1000"))
     assert snap.files == {} and snap.packages == {}
+
+
+def _probe_locally(lines: list[str]) -> str:
+    """Run the probe's helpers and ``lines`` with this machine's sh (real stat, sha256sum, awk)."""
+    import subprocess
+
+    return subprocess.run(["sh", "-c", HELPERS + "\n" + "\n".join(lines)], capture_output=True, text=True,
+                          check=True).stdout
+
+
+def test_files_are_read_in_one_batch_and_match_the_file_by_file_reading(tmp_path):
+    import hashlib
+    import os
+
+    plain, spaced, empty = tmp_path / "default", tmp_path / "with space", tmp_path / "empty"
+    plain.write_text("EARLYOOM_ARGS=-m 5\n")
+    spaced.write_text("x")
+    empty.write_text("")
+    os.chmod(plain, 0o640)
+    missing = tmp_path / "missing"
+    paths = [plain, missing, spaced, empty]
+    snap = parse_output(_probe_locally(["fs " + " ".join(q(str(p)) for p in paths)]))
+    owner = f"{__import__('pwd').getpwuid(os.getuid()).pw_name}:{__import__('grp').getgrgid(os.getgid()).gr_name}"
+    assert snap.files == {
+        str(plain): (f"640:{owner}", hashlib.sha256(plain.read_bytes()).hexdigest()),
+        str(missing): ("absent", "-"),
+        str(spaced): (f"644:{owner}", hashlib.sha256(b"x").hexdigest()),
+        str(empty): (f"644:{owner}", hashlib.sha256(b"").hexdigest()),
+    }
+    # The batch agrees with the file-by-file helper that audit's glob lines use.
+    single = parse_output(_probe_locally([f"f @@F {q(str(p))}" for p in paths]))
+    assert single.files == snap.files
+
+
+def test_a_name_that_would_break_the_lines_is_left_unknown(tmp_path):
+    """A name with a newline or tab (validation refuses those) is not read, so no other file gets its answer."""
+    odd, tabbed, fine = tmp_path / "two\nlines", tmp_path / "a\tb", tmp_path / "fine"
+    for path in (odd, tabbed, fine):
+        path.write_text("y")
+    snap = parse_output(_probe_locally([f"fs {q(str(odd))} {q(str(tabbed))} {q(str(fine))}"]))
+    assert list(snap.files) == [str(fine)]
+
+
+def test_a_batch_whose_answers_do_not_line_up_leaves_every_item_unknown():
+    text = "@@FP\t/etc/a\n@@FP\t/etc/b\n@@FM\t644:root:root\n@@FH\t" + "0" * 64
+    assert parse_output(text).files == {}
+
+
+@pytest.mark.parametrize("text,services,units", [
+    # Recorded from systemd 252 (bookworm): is-enabled per unit, one is-active and one show for the batch;
+    # a unit that does not exist is '' (is-enabled prints nothing) and inactive.
+    ("@@E\tssh.service\tenabled\n@@E\tnosuch.service\t\n@@SN\tssh.service\n@@SN\tnosuch.service\n"
+     "@@SA\tactive\n@@SA\tinactive\n@@UN\tssh.service\n@@UN\tnosuch.service\n"
+     "@@UV\tSubState=running UnitFileState=enabled\n@@UV\tSubState=dead UnitFileState=",
+     {"ssh.service": ("enabled", "active"), "nosuch.service": ("", "inactive")},
+     {"ssh.service": {"SubState": "running", "UnitFileState": "enabled"},
+      "nosuch.service": {"SubState": "dead", "UnitFileState": ""}}),
+    # systemctl failed for the whole batch (no answers): unknown, so audit reports and apply reads itself.
+    ("@@E\tssh.service\tenabled\n@@SN\tssh.service\n@@UN\tssh.service", {}, {}),
+])
+def test_service_batches(text, services, units):
+    snap = parse_output(text)
+    assert snap.services == services and snap.units == units
