@@ -155,7 +155,9 @@ def managed_file(path: str, content: str, mode: str = "0644", owner: str = "root
     stage_dir = posixpath.join(directory, STAGE_DIR)
     staged = posixpath.join(stage_dir, name)
     q_dir, q_staged, q_path = (shlex.quote(p) for p in (stage_dir, staged, path))
-    yield StringCommand(f"mkdir -p {shlex.quote(directory)} && mkdir -p -m 0700 {q_dir}")
+    # Three round trips per new file: prepare, upload, then one command that sets ownership, validates,
+    # records the pending restarts and renames into place (each step only if the one before succeeded).
+    prepare = f"mkdir -p {shlex.quote(directory)} && mkdir -p -m 0700 {q_dir}"
     temp = None
     if host.data.get("_sudo"):
         # Under sudo, pyinfra uploads as the SSH user to a temporary file, then copies it as root. Its
@@ -163,24 +165,20 @@ def managed_file(path: str, content: str, mode: str = "0644", owner: str = "root
         # local user, left behind if the copy fails). Ours lies in a 0700 directory of the SSH user's
         # home instead; the path is relative because SFTP and the sudo'd copy both start there.
         # Never through a symlink (checked first; chown -h would not follow one anyway).
-        yield StringCommand(f"test ! -L {UPLOAD_DIR} && mkdir -p -m 0700 {UPLOAD_DIR} && "
-                            f"chown -h \"${{SUDO_USER:-root}}\" {UPLOAD_DIR} && chmod 0700 {UPLOAD_DIR}")
+        prepare += (f" && test ! -L {UPLOAD_DIR} && mkdir -p -m 0700 {UPLOAD_DIR} && "
+                    f"chown -h \"${{SUDO_USER:-root}}\" {UPLOAD_DIR} && chmod 0700 {UPLOAD_DIR}")
         temp = f"{UPLOAD_DIR}/{hashlib.sha1(path.encode()).hexdigest()}"
+    yield StringCommand(prepare)
     yield FileUploadCommand(io.BytesIO(data), staged, remote_temp_filename=temp or host.get_temp_filename(path))
-    yield StringCommand(f"chown {owner}:{group} {q_staged} && chmod {mode} {q_staged}")
+    steps = [f"chown {owner}:{group} {q_staged}", f"chmod {mode} {q_staged}"]
     if validate:
         check = validate.replace("{path}", q_staged)
-        yield StringCommand(
-            "sh", "-c",
-            shlex.quote(
-                f"{check} || {{ echo 'sparkguard: validation failed for {path}; the live file was not touched'"
-                f" >&2; rm -rf {q_dir}; exit 1; }}"
-            ),
-        )
-    mark = ""
+        refused = shlex.quote(f"sparkguard: validation failed for {path}; the live file was not touched")
+        steps.append(f"{{ {check} || {{ echo {refused} >&2; rm -rf {q_dir}; exit 1; }}; }}")
     if pending:
-        mark = f"mkdir -p -m 0700 {shlex.quote(PENDING_DIR)} && touch {' '.join(shlex.quote(m) for m in pending)} && "
-    yield StringCommand(f"{mark}mv -f {q_staged} {q_path} && rmdir {q_dir}")
+        steps += [f"mkdir -p -m 0700 {shlex.quote(PENDING_DIR)}", f"touch {' '.join(shlex.quote(m) for m in pending)}"]
+    steps += [f"mv -f {q_staged} {q_path}", f"rmdir {q_dir}"]
+    yield StringCommand("sh", "-c", shlex.quote(" && ".join(steps)))
 
 
 class Leftovers(FactBase[dict[str, list[str]]]):

@@ -175,11 +175,14 @@ def test_apply_killed_at_random_moments_never_leaves_a_half_written_file(faults)
 
 
 def test_dropped_connection_is_a_failed_apply_and_the_next_one_converges(faults):
+    # From A to B there is work to cut into (restarts, reloads); a no-op apply is over in a second.
+    assert faults.apply("A").returncode == 0
     process = faults.start_apply("B")
-    # Wait until the apply holds the node's lock (it is connected and about to gather facts), then cut it off.
+    # Wait until the apply holds the node's lock (it is connected and reading the node), then cut it off.
     wait_for(lambda: faults.handle.ssh("node-1", "flock -n /run/sparkguard-apply.lock true")[0] != 0,
              timeout=60, what="the apply to take the node's lock")
-    time.sleep(1.5)
+    time.sleep(0.5)
+    assert process.poll() is None, "the apply ended before its connection could be dropped: no fault injected"
     # Every SSH session but this one's own (its sshd is this shell's parent).
     faults.handle.ssh("node-1", "for p in $(pgrep -f '^sshd: root@notty'); do [ \"$p\" = \"$PPID\" ] || kill -KILL \"$p\"; done")
     out, err = process.communicate(timeout=300)

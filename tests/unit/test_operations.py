@@ -35,29 +35,28 @@ def state(mode="644", owner="root", group="root", sha=SHA):
     # Only the mode or the owner drifted: fixed in place, content not re-sent.
     (state(mode="600"), {}, False, [f"chmod 0644 {PATH}"]),
     (state(owner="ops"), {}, False, [f"chown root:root {PATH}"]),
-    # New content: staged next to the target, then renamed over it.
+    # New content: staged next to the target, then ownership, validation and the rename in one command.
     (None, {}, False, [
         f"mkdir -p /etc/default && mkdir -p -m 0700 {STAGE}",
         f"upload {STAGE}/earlyoom via {TEMP}",
-        f"chown root:root {STAGE}/earlyoom && chmod 0644 {STAGE}/earlyoom",
-        f"mv -f {STAGE}/earlyoom {PATH} && rmdir {STAGE}"]),
+        f"sh -c 'chown root:root {STAGE}/earlyoom && chmod 0644 {STAGE}/earlyoom && "
+        f"mv -f {STAGE}/earlyoom {PATH} && rmdir {STAGE}'"]),
     # Validated: the staged copy is checked first; a failure removes the stage and leaves the live file.
     (state(sha="0" * 64), {"validate": "grep -q ARGS {path}"}, False, [
         f"mkdir -p /etc/default && mkdir -p -m 0700 {STAGE}",
         f"upload {STAGE}/earlyoom via {TEMP}",
-        f"chown root:root {STAGE}/earlyoom && chmod 0644 {STAGE}/earlyoom",
-        "sh -c 'grep -q ARGS /etc/default/.sparkguard-stage/earlyoom || { echo '\"'\"'sparkguard: validation failed "
-        "for /etc/default/earlyoom; the live file was not touched'\"'\"' >&2; rm -rf /etc/default/.sparkguard-stage; "
-        "exit 1; }'",
-        f"mv -f {STAGE}/earlyoom {PATH} && rmdir {STAGE}"]),
+        f"sh -c 'chown root:root {STAGE}/earlyoom && chmod 0644 {STAGE}/earlyoom && "
+        f"{{ grep -q ARGS {STAGE}/earlyoom || {{ echo '\"'\"'sparkguard: validation failed for /etc/default/earlyoom; "
+        f"the live file was not touched'\"'\"' >&2; rm -rf {STAGE}; exit 1; }}; }} && "
+        f"mv -f {STAGE}/earlyoom {PATH} && rmdir {STAGE}'"]),
     # Under sudo the upload goes through the SSH user's private directory, never /tmp.
     (None, {}, True, [
-        f"mkdir -p /etc/default && mkdir -p -m 0700 {STAGE}",
+        f"mkdir -p /etc/default && mkdir -p -m 0700 {STAGE} && "
         "test ! -L .sparkguard-upload && mkdir -p -m 0700 .sparkguard-upload && "
         "chown -h \"${SUDO_USER:-root}\" .sparkguard-upload && chmod 0700 .sparkguard-upload",
         f"upload {STAGE}/earlyoom via {UPLOAD}",
-        f"chown root:root {STAGE}/earlyoom && chmod 0644 {STAGE}/earlyoom",
-        f"mv -f {STAGE}/earlyoom {PATH} && rmdir {STAGE}"]),
+        f"sh -c 'chown root:root {STAGE}/earlyoom && chmod 0644 {STAGE}/earlyoom && "
+        f"mv -f {STAGE}/earlyoom {PATH} && rmdir {STAGE}'"]),
 ])
 def test_managed_file(current, kwargs, sudo, expected):
     with node(_sudo=True) if sudo else node():
