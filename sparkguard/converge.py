@@ -153,8 +153,14 @@ def _install_file(state: DesiredState, managed: ManagedFile, snap: ProbeOutput |
         group=managed.group,
         validate=managed.validate,
         pending=_markers(state, managed.path),
-        current=_hint(snap.files if snap else None, managed.path, snapshot.file_state),
+        current=_file_hint(state, managed.path, snap),
     )
+
+
+def _file_hint(state: DesiredState, path: str, snap: ProbeOutput | None) -> Any:
+    if snap is None or path not in snap.files:
+        return FETCH
+    return snapshot.known_file(snap.files[path], path, tuple(f.path for f in state.files))
 
 
 def converge(state: DesiredState) -> None:

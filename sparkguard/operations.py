@@ -91,13 +91,40 @@ class Known:
 
     value: Any
     fresh: Callable[[], bool]
+    # How to read it again when it is no longer fresh, if the caller knows a cheaper way than the
+    # operation's own fact (one read for all files of a role); ``None``: the operation's own.
+    reread: Callable[[], Any] | None = None
 
 
 def resolve(current: Any, read: Callable[[], Any]) -> Any:
     """``current`` as an operation may use it: a fresh ``Known`` value, an exact value, or read now."""
     if isinstance(current, Known):
-        return current.value if current.fresh() else read()
+        return current.value if current.fresh() else (current.reread or read)()
     return read() if current is _FETCH else current
+
+
+# What an operation that changed something may have touched, where it can say: {(host, op hash): items}.
+# A managed_file touches its own path only, so a change of one file leaves what is known of every other
+# file exact (sparkguard.snapshot.fresh). Operations that cannot say (packages, restarts, Ensure fixes)
+# record nothing and count as having touched everything.
+_footprints: dict[tuple[str, str | None], frozenset[str]] = {}
+
+
+def file_item(path: str) -> str:
+    return f"file:{path}"
+
+
+def footprint(host_name: str, op_hash: str | None) -> frozenset[str] | None:
+    return _footprints.get((host_name, op_hash))
+
+
+def forget_footprints() -> None:
+    _footprints.clear()
+
+
+def _touches(*items: str) -> None:
+    """Inside an operation that is about to change something: it touches ``items`` and nothing else."""
+    _footprints[(host.name, host.current_op_hash)] = frozenset(items)
 
 
 def normal_mode(mode: str) -> str:
@@ -144,6 +171,7 @@ def managed_file(path: str, content: str, mode: str = "0644", owner: str = "root
     want_mode = normal_mode(mode)
     current = resolve(current, lambda: host.get_fact(ManagedFileState, path=path))
 
+    _touches(file_item(path))
     if current is not None and current["sha256"] == want_sha:
         if current["mode"] != want_mode:
             yield StringCommand("chmod", mode, shlex.quote(path))

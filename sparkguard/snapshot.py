@@ -20,7 +20,17 @@ from pyinfra import host, state
 from .auditing import ProbeOutput
 from .desired import variant_states
 from .hostconfig import HostConfig
-from .operations import STAGE_DIR, UPLOAD_DIR, FileState, Known
+from .operations import (
+    STAGE_DIR,
+    UPLOAD_DIR,
+    FileState,
+    Known,
+    ManagedFilesState,
+    ManagedFileState,
+    file_item,
+    footprint,
+    forget_footprints,
+)
 from .probe import NodeProbe, parse_output, script, state_lines
 from .state import DesiredState
 
@@ -30,10 +40,16 @@ _taken: dict[tuple[str, str], ProbeOutput] = {}
 _latest: dict[str, ProbeOutput] = {}
 
 
+# (host, a role's file paths) -> (the operation that read them, their states): the re-read once stale.
+_files_read: dict[tuple[str, tuple[str, ...]], tuple[str | None, dict[str, FileState | None]]] = {}
+
+
 def clear() -> None:
     """Forget every snapshot (a new run reads the nodes again)."""
     _taken.clear()
     _latest.clear()
+    _files_read.clear()
+    forget_footprints()
 
 
 def take(host_name: str, config: HostConfig) -> ProbeOutput:
@@ -46,25 +62,50 @@ def take(host_name: str, config: HostConfig) -> ProbeOutput:
     return _taken[key]
 
 
-def fresh() -> bool:
-    """Inside an operation: nothing that ran before it in this run changed this host (so the snapshot holds).
+def fresh(item: str | None = None, since: str | None = None) -> bool:
+    """Inside an operation: nothing that ran before it in this run changed ``item`` on this host (so what
+    was read of it holds); ``since``: only operations from that one on count (a later read).
 
-    Operations of other deploys in the same run (a team's own) count too: any change invalidates it.
-    In a dry run nothing executes, so the snapshot always holds.
+    A change counts unless its operation said it touched only other items (``operations.footprint``:
+    a file written touches that file). Without ``item`` every change counts. Operations of other
+    deploys in the same run (a team's own) count too. In a dry run nothing executes, so it always holds.
     """
     current = host.current_op_hash
     host_ops = state.ops.get(host, {})
+    counting = since is None
     for op_hash in host.op_hash_order:
         if op_hash == current:
             return True
+        counting = counting or op_hash == since
         data = host_ops.get(op_hash)
-        if data is not None and data.operation_meta.is_complete() and data.operation_meta.did_change():
-            return False
+        if not counting or data is None:
+            continue
+        if data.operation_meta.is_complete() and data.operation_meta.did_change():
+            touched = footprint(host.name, op_hash)
+            if item is None or touched is None or item in touched:
+                return False
     return True
 
 
-def known(value: Any) -> Known:
-    return Known(value, fresh)
+def known(value: Any, item: str | None = None) -> Known:
+    return Known(value, lambda: fresh(item))
+
+
+def known_file(seen: tuple[str, str], path: str, role_paths: tuple[str, ...]) -> Known:
+    """A file's state from the snapshot; once stale, all of the role's files are read again in ONE round
+    trip (by the first of them to need it), and that read serves the others while it holds."""
+    return Known(file_state(seen), lambda: fresh(file_item(path)), lambda: _reread_file(path, role_paths))
+
+
+def _reread_file(path: str, role_paths: tuple[str, ...]) -> FileState | None:
+    key = (host.name, role_paths)
+    found = _files_read.get(key)
+    if found is None or path not in found[1] or not fresh(file_item(path), since=found[0]):
+        found = (host.current_op_hash, host.get_fact(ManagedFilesState, paths=role_paths) or {})
+        _files_read[key] = found
+    if path not in found[1]:  # the batch did not answer for it: the file's own read
+        return host.get_fact(ManagedFileState, path=path)
+    return found[1][path]
 
 
 def covering(desired: DesiredState) -> ProbeOutput | None:

@@ -26,6 +26,8 @@ def node(facts: dict | None = None, **data):
     """A stand-in for pyinfra's ``host``: host data, and ``get_fact`` answering from ``facts`` {fact class: value}."""
     facts = facts or {}
     fake = SimpleNamespace(
+        name="node-1",
+        current_op_hash=None,
         data=data,
         get_temp_filename=lambda path: f"/tmp/pyinfra-{hashlib.sha1(path.encode()).hexdigest()}",
         get_fact=lambda fact, **_: facts[fact],

@@ -14,7 +14,7 @@ from pyinfra.facts.files import Directory
 from pyinfra.facts.server import Sysctl
 from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
-from sparkguard import snapshot
+from sparkguard import operations, snapshot
 from sparkguard.auditing import ProbeOutput
 from sparkguard.facts import parse_probe
 from sparkguard.operations import (
@@ -129,21 +129,27 @@ def test_probe_output_becomes_what_the_operations_take():
 
 
 class FakeHost:
+    name = "node-1"
+
     def __init__(self, current_op_hash: str, op_hash_order: list[str]) -> None:
         self.current_op_hash, self.op_hash_order = current_op_hash, op_hash_order
 
 
-def _run(ops: list[tuple[str, bool | None]], current: str) -> bool:
-    """``fresh()`` inside operation ``current`` of a host whose earlier operations changed (True), did not
-    change (False) or have not run (None, a dry run)."""
+def _run(ops: list[tuple[str, bool | None]], current: str, item: str | None = None, since: str | None = None,
+         touched: dict[str, set[str]] | None = None) -> bool:
+    """``fresh(item, since)`` inside operation ``current`` of a host whose earlier operations changed (True),
+    did not change (False) or have not run (None, a dry run); ``touched``: what an operation said it touched."""
     metas = {}
     for name, changed in ops:
         meta = SimpleNamespace(is_complete=lambda c=changed: c is not None, did_change=lambda c=changed: bool(c))
         metas[name] = SimpleNamespace(operation_meta=meta)
     fake_host = FakeHost(current, [name for name, _ in ops])
     fake_state = SimpleNamespace(ops={fake_host: metas})
+    operations.forget_footprints()
+    for op_hash, items in (touched or {}).items():
+        operations._footprints[("node-1", op_hash)] = frozenset(items)
     with ctx_host.use(fake_host), ctx_state.use(fake_state):
-        return snapshot.fresh()
+        return snapshot.fresh(item, since)
 
 
 @pytest.mark.parametrize("ops,current,fresh", [
@@ -154,6 +160,61 @@ def _run(ops: list[tuple[str, bool | None]], current: str) -> bool:
 ])
 def test_the_snapshot_holds_until_the_first_change(ops, current, fresh):
     assert _run(ops, current) is fresh
+
+
+A, B = operations.file_item("/etc/a"), operations.file_item("/etc/b")
+
+
+@pytest.mark.parametrize("ops,current,item,since,touched,fresh", [
+    # A written file touched only itself: what is known of another file still holds ...
+    ([("w_a", True), ("w_b", None)], "w_b", B, None, {"w_a": {A}}, True),
+    # ... but not of the file it wrote, nor for a question about everything.
+    ([("w_a", True), ("x", None)], "x", A, None, {"w_a": {A}}, False),
+    ([("w_a", True), ("x", None)], "x", None, None, {"w_a": {A}}, False),
+    # An operation that cannot say what it touched (packages, a restart) touched everything.
+    ([("apt", True), ("w_b", None)], "w_b", B, None, {}, False),
+    # A read taken later (in w_a, after apt) holds for b while only other files were written since.
+    ([("apt", True), ("w_a", True), ("w_b", None)], "w_b", B, "w_a", {"w_a": {A}}, True),
+    ([("apt", True), ("w_a", True), ("fix", True), ("w_b", None)], "w_b", B, "w_a", {"w_a": {A}}, False),
+])
+def test_what_a_change_touched_decides_what_still_holds(ops, current, item, since, touched, fresh):
+    assert _run(ops, current, item, since, touched) is fresh
+
+
+def test_once_stale_a_roles_files_are_read_again_in_one_round_trip():
+    """Fresh apply: the packages changed the node, so the first file reads all of the role's files once;
+    the next file (only the first was written meanwhile) uses that read, and a change that could touch
+    anything makes the next one read again."""
+    paths = ("/etc/a", "/etc/b")
+    reads: list[tuple[str, ...]] = []
+    answers = {"/etc/a": None, "/etc/b": {"mode": "644", "owner": "root", "group": "root", "sha256": "ab"}}
+
+    class Host(FakeHost):
+        def get_fact(self, fact, paths=(), **_):
+            assert fact is operations.ManagedFilesState
+            reads.append(paths)
+            return dict(answers)
+
+    metas = {}
+    order = ["apt", "w_a", "w_b", "fix", "w_c"]
+    changed = {"apt": True, "w_a": True, "w_b": False, "fix": True}
+    for name in order:
+        meta = SimpleNamespace(is_complete=lambda n=name: n in changed, did_change=lambda n=name: changed.get(n, False))
+        metas[name] = SimpleNamespace(operation_meta=meta)
+    fake_host = Host("w_a", order)
+    snapshot.clear()
+    operations.forget_footprints()
+    with ctx_host.use(fake_host), ctx_state.use(SimpleNamespace(ops={fake_host: metas})):
+        first = snapshot.known_file(("absent", "-"), "/etc/a", paths)
+        assert operations.resolve(first, lambda: pytest.fail("the role's read, not the file's own")) is None
+        operations._touches(operations.file_item("/etc/a"))     # w_a writes /etc/a
+        fake_host.current_op_hash = "w_b"
+        second = snapshot.known_file(("absent", "-"), "/etc/b", paths)
+        assert operations.resolve(second, lambda: pytest.fail("not read again")) == answers["/etc/b"]
+        assert reads == [paths]
+        fake_host.current_op_hash = "w_c"                        # 'fix' changed something unknown
+        assert operations.resolve(snapshot.known_file(("absent", "-"), "/etc/b", paths), lambda: None) == answers["/etc/b"]
+        assert reads == [paths, paths]
 
 
 def test_a_probe_that_read_nothing_is_no_snapshot_of_a_role():
