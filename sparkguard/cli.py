@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from . import __version__
@@ -32,7 +33,9 @@ def main(argv: list[str] | None = None) -> int:
     builtin_roles.register()
     args = build_parser().parse_args(argv)
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # here, so that a reader gone away is caught below and not at interpreter exit
+        return code
     except SparkguardError as error:
         for paragraph in error.paragraphs():
             print(f"sparkguard: {paragraph}\n", file=sys.stderr)
@@ -42,6 +45,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("sparkguard: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader went away (`sparkguard apply --json | head`): no traceback, the shell's exit for SIGPIPE.
+        # What ran on the nodes ran; only the report could not be written.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":

@@ -361,3 +361,18 @@ def test_docs_name_every_component_and_report_the_current_numbers():
                              gradient_checkpointing=True, attn="flash", loss="chunked")
     assert f"{peak(torchtune) / GIB:.1f} GiB" in text
     assert re.search(r"16\.2 GiB", text)
+
+
+def test_a_reader_that_goes_away_is_no_traceback():
+    """`sparkguard ... | head`: the pipe closes before the report is written; exit 141 as a shell tool, quiet."""
+    import subprocess
+
+    from tests.conftest import REPO, SPARKGUARD
+
+    process = subprocess.Popen([*SPARKGUARD, *INCIDENT_ARGS, "--json"], cwd=REPO,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert process.stdout is not None and process.stderr is not None
+    process.stdout.close()                     # the reader is gone before anything was written
+    err = process.stderr.read().decode()
+    assert process.wait(timeout=60) == 141, err
+    assert "Traceback" not in err, err
