@@ -17,7 +17,9 @@ Measured for every run:
 Then a scale model: the controller's CPU per host (the slope between the sizes measured) and the round trips
 per host projected to 100 and 500 hosts; see docs/benchmarks.md.
 
-    bench/fleet [--nodes 1 4 16] [--reruns 5]
+    bench/fleet [--nodes 1 4 16] [--reruns 5] [--json ROWS]
+    bench/fleet --nodes 1 4 --only-sparkguard ROWS --json NEW   # after a sparkguard change: its side again
+    bench/fleet --from-json ROWS [ROWS ...]                     # the table and the model of earlier runs
 """
 
 from __future__ import annotations
@@ -265,17 +267,33 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, nargs="+", default=[1, 4, 16])
     parser.add_argument("--reruns", type=int, default=5)
+    parser.add_argument("--ansible-reruns", type=int, help="ansible-playbook's reruns, if not --reruns "
+                        "(at 16 nodes on 2 cores one of its no-op runs takes minutes)")
     parser.add_argument("--json", type=Path, help="also write the rows here")
+    parser.add_argument("--only-sparkguard", type=Path, metavar="ROWS_JSON",
+                        help="measure sparkguard only; take ansible-playbook's figures from an earlier --json")
+    parser.add_argument("--from-json", type=Path, nargs="+", metavar="ROWS_JSON",
+                        help="measure nothing: print the table and the model of earlier --json files")
     args = parser.parse_args()
+    if args.from_json:
+        rows = sorted((r for f in args.from_json for r in json.loads(f.read_text())), key=lambda r: r["nodes"])
+        print_table(rows)
+        print_model(rows, os.cpu_count() or 1)
+        return
+    earlier = {r["nodes"]: r for r in json.loads(args.only_sparkguard.read_text())} if args.only_sparkguard else {}
     rows = []
     for count in args.nodes:
         with tempfile.TemporaryDirectory(prefix="sg-fleet-") as tmp:
             with booted_nodes(count, NET) as (state, inventory):
                 verbose_sshd(state)
                 sg = sparkguard_runs(state, inventory, args.reruns)
+            if args.only_sparkguard:
+                rows.append({**earlier[count], **{k: v for k, v in row(count, sg, sg).items() if k.startswith("sg_")}})
+                print(json.dumps(rows[-1]), flush=True)
+                continue
             with booted_nodes(count, NET) as (state, inventory):
                 verbose_sshd(state)
-                an = ansible_runs(state, inventory, count, args.reruns, Path(tmp))
+                an = ansible_runs(state, inventory, count, args.ansible_reruns or args.reruns, Path(tmp))
         rows.append(row(count, sg, an))
         print(json.dumps(rows[-1]), flush=True)
     print_table(rows)
