@@ -242,25 +242,34 @@ def print_table(rows: list[dict[str, float]]) -> None:
               f"{r['an_cpu_noop'] / r['sg_cpu_noop']:.1f}x | {r['sg_noop'] / r['sg_check']:.2f} |")
 
 
+def _fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
+    """(fixed, per host) of the least-squares line through the measured points."""
+    mean_x, mean_y = statistics.mean(xs), statistics.mean(ys)
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / sum((x - mean_x) ** 2 for x in xs)
+    return mean_y - slope * mean_x, slope
+
+
 def print_model(rows: list[dict[str, float]], cores: int) -> None:
-    """Controller CPU = fixed + per_host * N (least squares over the sizes measured); wall time at scale is
-    bounded below by CPU / cores on the controller and by round trips x latency / parallelism on the wire."""
+    """Controller CPU = fixed + per_host * N (least squares over the sizes measured), for the no-op and the
+    fresh apply. Wall time at scale is bounded below by that CPU over the cores the tool can use: sparkguard
+    (pyinfra) is one process driving every host from gevent greenlets, so ONE core; ansible-playbook forks a
+    worker per host up to ``forks``, so every core."""
     if len(rows) < 2:
         return
     print("\nScale model (controller side; least squares over the measured sizes):")
-    for key, tool in (("sg", "sparkguard"), ("an", "ansible-playbook")):
+    for key, tool, usable in (("sg", "sparkguard", 1), ("an", "ansible-playbook", cores)):
         xs = [r["nodes"] for r in rows]
-        ys = [r[f"{key}_cpu_noop"] for r in rows]
-        mean_x, mean_y = statistics.mean(xs), statistics.mean(ys)
-        slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / sum((x - mean_x) ** 2 for x in xs)
-        fixed = mean_y - slope * mean_x
-        fit = ", ".join(f"N={x:.0f}: measured {y:.2f} s, model {fixed + slope * x:.2f} s" for x, y in zip(xs, ys, strict=True))
         trips = rows[-1][f"{key}_trips_noop"]
-        print(f"  {tool}: no-op CPU = {fixed:.2f} s + {slope * 1000:.0f} ms x N ({fit})")
-        for n in (100, 500):
-            cpu = fixed + slope * n
-            print(f"    N={n}: {cpu:.0f} CPU s on the controller (>= {cpu / cores:.0f} s wall on {cores} cores), "
-                  f"{trips * n:.0f} SSH round trips, {n} connections")
+        for run in ("noop", "fresh"):
+            fixed, slope = _fit(xs, [r[f"{key}_cpu_{run}"] for r in rows])
+            fit = ", ".join(f"N={r['nodes']:.0f}: measured {r[f'{key}_cpu_{run}']:.2f} s, model "
+                            f"{fixed + slope * r['nodes']:.2f} s" for r in rows)
+            print(f"  {tool} {run}: CPU = {fixed:.2f} s + {slope * 1000:.0f} ms x N ({fit})")
+            for n in (100, 500):
+                cpu = fixed + slope * n
+                extra = f", {trips * n:.0f} SSH round trips" if run == "noop" else ""
+                print(f"    N={n}: {cpu:.0f} CPU s on the controller (>= {cpu / usable:.0f} s wall on "
+                      f"{usable} core{'s' if usable > 1 else ''}){extra}, {n} connections")
 
 
 def main() -> None:
