@@ -183,8 +183,10 @@ def managed_file(path: str, content: str, mode: str = "0644", owner: str = "root
     stage_dir = posixpath.join(directory, STAGE_DIR)
     staged = posixpath.join(stage_dir, name)
     q_dir, q_staged, q_path = (shlex.quote(p) for p in (stage_dir, staged, path))
-    # Three round trips per new file: prepare, upload, then one command that sets ownership, validates,
-    # records the pending restarts and renames into place (each step only if the one before succeeded).
+    # Round trips per new file: prepare, upload, then one command that sets ownership and renames into
+    # place (3). A validated file takes one more: its check runs in a command of its own, BEFORE the rename
+    # is even sent, so an apply killed while a check runs (earlyoom's takes 2 s) leaves a check that ends
+    # on its own, never a rename that lands later, behind the next apply's back.
     prepare = f"mkdir -p {shlex.quote(directory)} && mkdir -p -m 0700 {q_dir}"
     temp = None
     if host.data.get("_sudo"):
@@ -203,6 +205,8 @@ def managed_file(path: str, content: str, mode: str = "0644", owner: str = "root
         check = validate.replace("{path}", q_staged)
         refused = shlex.quote(f"sparkguard: validation failed for {path}; the live file was not touched")
         steps.append(f"{{ {check} || {{ echo {refused} >&2; rm -rf {q_dir}; exit 1; }}; }}")
+        yield StringCommand("sh", "-c", shlex.quote(" && ".join(steps)))
+        steps = []
     if pending:
         steps += [f"mkdir -p -m 0700 {shlex.quote(PENDING_DIR)}", f"touch {' '.join(shlex.quote(m) for m in pending)}"]
     steps += [f"mv -f {q_staged} {q_path}", f"rmdir {q_dir}"]

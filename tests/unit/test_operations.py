@@ -42,13 +42,15 @@ def state(mode="644", owner="root", group="root", sha=SHA):
         f"sh -c 'chown root:root {STAGE}/earlyoom && chmod 0644 {STAGE}/earlyoom && "
         f"mv -f {STAGE}/earlyoom {PATH} && rmdir {STAGE}'"]),
     # Validated: the staged copy is checked first; a failure removes the stage and leaves the live file.
+    # The rename is a command of its own, sent only after the check passed (a killed apply's check that
+    # is still running on the node can never rename anything later).
     (state(sha="0" * 64), {"validate": "grep -q ARGS {path}"}, False, [
         f"mkdir -p /etc/default && mkdir -p -m 0700 {STAGE}",
         f"upload {STAGE}/earlyoom via {TEMP}",
         f"sh -c 'chown root:root {STAGE}/earlyoom && chmod 0644 {STAGE}/earlyoom && "
         f"{{ grep -q ARGS {STAGE}/earlyoom || {{ echo '\"'\"'sparkguard: validation failed for /etc/default/earlyoom; "
-        f"the live file was not touched'\"'\"' >&2; rm -rf {STAGE}; exit 1; }}; }} && "
-        f"mv -f {STAGE}/earlyoom {PATH} && rmdir {STAGE}'"]),
+        f"the live file was not touched'\"'\"' >&2; rm -rf {STAGE}; exit 1; }}; }}'",
+        f"sh -c 'mv -f {STAGE}/earlyoom {PATH} && rmdir {STAGE}'"]),
     # Under sudo the upload goes through the SSH user's private directory, never /tmp.
     (None, {}, True, [
         f"mkdir -p /etc/default && mkdir -p -m 0700 {STAGE} && "
