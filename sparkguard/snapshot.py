@@ -5,8 +5,10 @@ changes nothing, the common case (a rerun after every merge). The snapshot runs 
 (sparkguard.probe, the same lines the audit judges by) once per host before anything is planned.
 Operations get their current state from it as a ``Known``: while no operation of this run has
 changed anything on the host, the snapshot is exact and an operation with nothing to do costs no
-round trip. After the first change (a package install creating files, a restart), every later
-operation reads the node itself again, exactly as without a snapshot. The node lock
+round trip. After a change that could have touched anything (a package install creating files, a
+restart), every later operation reads the node itself again, as without a snapshot; a file written
+touches only itself (``operations.footprint``), so what is known of the other files still holds, and
+once stale a role's files are read again together (``known_file``). The node lock
 (sparkguard.node_lock) keeps other applies out meanwhile.
 """
 
