@@ -1,9 +1,9 @@
 """Turn a role's desired state into pyinfra operations.
 
 Shared by every role, so no role repeats the package / validated file /
-restart-on-change dance. Restarts are gated with ``_if=any_changed(...)``
-(a callable), never ``restarted=op.did_change`` (a bound method, always truthy),
-so the second apply reports zero changes.
+restart-on-change dance. Restarts are gated with an ``_if`` callable (did this very file change in this
+run?), never ``restarted=op.did_change`` (a bound method, always truthy), so the second apply reports
+zero changes.
 
 An apply can die anywhere (killed, connection lost). Files go live by rename, so each is old or
 new, never half; a change records its pending restart/reload/daemon-reload on the node before it
@@ -21,32 +21,34 @@ from pyinfra.api.exceptions import PyinfraError
 from pyinfra.api.operation import OperationMeta
 from pyinfra.facts.deb import DebPackages
 from pyinfra.operations import apt, files, systemd
-from pyinfra.operations.util import any_changed
 
-from . import livediff, registry, snapshot
+from . import livediff, node_lock, registry, snapshot
 from .auditing import ProbeOutput, ensure_key
 from .desired import node_profile
 from .errors import Problem
 from .facts import NodeFacts, NodeInfo
+from .filestate import FileState, ManagedFilesState, file_state
 from .hostconfig import HostConfig, host_config_model
 from .operations import (
     FETCH,
-    FileState,
+    FileSpec,
     FileText,
     Leftovers,
-    ManagedFileState,
     MatchingFiles,
     TemplateUnits,
+    directories,
+    directory_item,
     ensure,
     instances_of,
     leftovers_removed,
     managed_file,
+    managed_files,
+    path_changed,
     pending_marker,
     service_action,
     sysctl,
     unit_masked,
 )
-from .operations import directory as managed_directory
 from .operations import service as service_state
 from .probe import absent_files_key, absent_units_key, edit_key, stage_directories
 from .role import Role, RoleContext
@@ -143,18 +145,22 @@ def _hint(table: dict[str, Any] | None, key: str, convert: Callable[[Any], Any] 
     return snapshot.known(convert(table[key]))
 
 
-def _install_file(state: DesiredState, managed: ManagedFile, snap: ProbeOutput | None) -> OperationMeta:
-    return managed_file(
-        name=f"{state.role}: file {managed.path}",
-        path=managed.path,
-        content=managed.content,
-        mode=managed.mode,
-        owner=managed.owner,
-        group=managed.group,
-        validate=managed.validate,
-        pending=_markers(state, managed.path),
-        current=_file_hint(state, managed.path, snap),
+Changed = Callable[[], bool]  # "did it change in this run?", asked when a restart is due
+
+
+def _install_files(state: DesiredState, files: list[ManagedFile], snap: ProbeOutput | None) -> dict[str, Changed]:
+    """One operation for ``files`` (one upload, one command to check and rename them all, in their order);
+    for each path, whether it changed."""
+    if not files:
+        return {}
+    op = managed_files(
+        name=f"{state.role}: files",
+        files=tuple(FileSpec(m.path, m.content, m.mode, m.owner, m.group, m.validate, _markers(state, m.path))
+                    for m in files),
+        current={m.path: _file_hint(state, m.path, snap) for m in files},
+        fence=node_lock.fence_token(host.name),
     )
+    return {m.path: path_changed(op, m.path) for m in files}
 
 
 def _file_hint(state: DesiredState, path: str, snap: ProbeOutput | None) -> Any:
@@ -176,20 +182,21 @@ def converge(state: DesiredState) -> None:
     snap = snapshot.covering(state)
     missing = _missing_packages(state, snap)
     pending = _clear_leftovers(state, snap)
-    file_ops = {m.path: _install_file(state, m, snap) for m in state.files if m.before_packages}
+    file_ops = _install_files(state, [m for m in state.files if m.before_packages], snap)
     if missing:
         apt.packages(name=f"{state.role}: install {' '.join(missing)}", packages=missing, update=True,
                      cache_time=3600, no_recommends=True)
-    for directory in state.directories:
-        managed_directory(name=f"{state.role}: directory {directory.path}", path=directory.path,
-                          mode=directory.mode, owner=directory.owner, group=directory.group,
-                          current=_hint(snap.directories if snap else None, directory.path))
-    file_ops.update({m.path: _install_file(state, m, snap) for m in state.files if not m.before_packages})
+    if state.directories:
+        seen = snap.directories if snap else {}
+        directories(name=f"{state.role}: directories", items=state.directories,
+                    current={d.path: snapshot.known(seen[d.path], directory_item(d.path))
+                             for d in state.directories if d.path in seen})
+    file_ops.update(_install_files(state, [m for m in state.files if not m.before_packages], snap))
     edit_ops = _apply_edits(state, snap)
     removed = _converge_absent(state, snap)
     reload_triggers = [op for path, op in file_ops.items() if state.file(path).is_systemd_unit]
-    reload_triggers += [op for edit, op in edit_ops if edit.path == "/etc/fstab"]
-    reload_triggers += [op for path, op in removed.items() if is_systemd_unit_path(path)]
+    reload_triggers += [op.did_change for edit, op in edit_ops if edit.path == "/etc/fstab"]
+    reload_triggers += [op.did_change for path, op in removed.items() if is_systemd_unit_path(path)]
     if reload_triggers or DAEMON_RELOAD in pending:
         service_action(name=f"{state.role}: systemd daemon-reload", service="", action="daemon-reload",
                        marker=DAEMON_RELOAD, _if=_changed_or_pending(reload_triggers, DAEMON_RELOAD in pending))
@@ -237,11 +244,11 @@ def _apply_edits(state: DesiredState, snap: ProbeOutput | None) -> list[tuple[Fi
     for index, edit in enumerate(state.edits):
         if snap is not None:
             current = snap.edits.get(edit_key(state, index))
-            mode_owner: FileState = snapshot.file_state(snap.files[edit.path]) or {}
-            known = _hint(snap.files, edit.path, snapshot.file_state)
+            mode_owner: FileState = file_state(snap.files[edit.path]) or {}
+            known = _hint(snap.files, edit.path, file_state)
         else:
             current = host.get_fact(FileText, path=edit.path)
-            mode_owner = host.get_fact(ManagedFileState, path=edit.path) or {}  # type: ignore[arg-type]
+            mode_owner = (host.get_fact(ManagedFilesState, paths=(edit.path,)) or {}).get(edit.path) or {}
             known = FETCH
         if current is None:
             continue
@@ -289,7 +296,7 @@ def _converge_absent(state: DesiredState, snap: ProbeOutput | None) -> dict[str,
     return removed
 
 
-def _converge_services(state: DesiredState, file_ops: dict[str, OperationMeta], pending: set[str],
+def _converge_services(state: DesiredState, file_ops: dict[str, Changed], pending: set[str],
                        snap: ProbeOutput | None) -> None:
     """Restart/reload what a changed (or still pending) file calls for, then running/enabled as declared."""
     for service in state.services:
@@ -310,10 +317,9 @@ def _converge_services(state: DesiredState, file_ops: dict[str, OperationMeta], 
         )
 
 
-def _changed_or_pending(triggers: list[OperationMeta], pending: bool) -> Callable[[], bool]:
+def _changed_or_pending(triggers: list[Changed], pending: bool) -> Callable[[], bool]:
     """An ``_if`` callable: one of ``triggers`` changed in this run, or an earlier run left it pending."""
-    changed = any_changed(*triggers)
-    return lambda: pending or changed()
+    return lambda: pending or any(changed() for changed in triggers)
 
 
 def role_deploy(role: Role) -> Callable[..., Any]:

@@ -8,6 +8,13 @@ Why a channel and not a lock file with a pid: the holder is a `flock` on a root-
 channel. When the apply ends, is killed (SIGKILL included) or its connection drops, sshd closes
 that channel, `cat` sees end of file and the kernel releases the lock. Nothing stale is left to
 clean up, and nothing depends on the operator's machine surviving.
+
+The holder also fences the apply's own commands. A command keeps running on the node when the apply
+that sent it dies, so a file's check still running there could otherwise rename it into place later,
+behind the next apply's back. The holder prints its pid and start time (its ``token``); a fenced step
+(``fenced``) runs only while that very process still holds the lock, and under a second lock
+(``COMMIT_FILE``) that the next apply's holder takes once, right after its own lock: a fenced step has
+either finished before the next apply reads the node, or it finds its holder gone and does nothing.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ from __future__ import annotations
 import datetime
 import getpass
 import os
+import re
 import shlex
 import socket
 import string
@@ -23,6 +31,8 @@ from dataclasses import dataclass
 import paramiko
 
 LOCK_FILE = "/run/sparkguard-apply.lock"
+COMMIT_FILE = "/run/sparkguard-commit.lock"
+LOST_EXIT = 75  # a fenced step found its apply gone
 LOCKED = "sparkguard-locked"
 BUSY_EXIT = 75  # EX_TEMPFAIL: try again later
 # An apply that just ended (or was killed) releases the lock when sshd has noticed: wait that long, not more
@@ -50,7 +60,8 @@ def lock_command(holder: str, sudo: bool, wait_s: int | None = None) -> str:
     script = (
         f"umask 077; exec 9<>{LOCK_FILE} || exit 70; "
         f"if flock -w {int(wait_s)} 9; then printf '%s\\n' {shlex.quote(holder)} >{LOCK_FILE}; "
-        f"echo {LOCKED}; exec cat >/dev/null; "
+        f"exec 8>>{COMMIT_FILE} && flock -w 30 8 && exec 8>&- || exit 70; "
+        f"echo {LOCKED} $$ $(cut -d' ' -f22 /proc/$$/stat); exec cat >/dev/null; "
         f"else cat {LOCK_FILE}; exit {BUSY_EXIT}; fi"
     )
     command = f"sh -c {shlex.quote(script)}"
@@ -62,12 +73,50 @@ class NodeLock:
     """A held lock; ``release`` (or the connection ending) lets the next apply in."""
 
     channel: paramiko.Channel
+    token: str | None = None  # the holder's "pid:start time" on the node (``fenced``), if it said
 
     def release(self) -> None:
+        for name, token in list(_tokens.items()):
+            if token == self.token:
+                del _tokens[name]
         try:
             self.channel.close()
         except Exception:  # noqa: BLE001 - the connection may be gone already, which releases it too
             pass
+
+
+_TOKEN = re.compile(r"[0-9]{1,10}:[0-9]{1,20}")
+# host name -> its held lock's token, for the operations of this run (``fence_token``)
+_tokens: dict[str, str] = {}
+
+
+def remember(host_name: str, lock: NodeLock) -> None:
+    """This run's operations on ``host_name`` are fenced by ``lock``."""
+    if lock.token:
+        _tokens[host_name] = lock.token
+
+
+def fence_token(host_name: str) -> str | None:
+    """The token of the lock this run holds on ``host_name`` (None: no lock, e.g. plain ``pyinfra``)."""
+    return _tokens.get(host_name)
+
+
+def fence_setup() -> str:
+    """The shell step that opens the commit lock for ``fenced`` steps (descriptor 8)."""
+    return f"exec 8>>{shlex.quote(COMMIT_FILE)}"
+
+
+def fenced(token: str, step: str) -> str:
+    """``step`` (a shell command) run only while the holder ``token`` still holds the node's apply lock."""
+    if not _TOKEN.fullmatch(token):
+        raise ValueError(f"not a lock holder token: {token!r}")
+    pid, start = token.split(":")
+    lost = shlex.quote("sparkguard: this apply no longer holds the node's lock (killed or disconnected); "
+                       "nothing more goes live")
+    held = (f"[ \"$(readlink /proc/{pid}/fd/9)\" = {shlex.quote(LOCK_FILE)} ] && "
+            f"[ \"$(cut -d' ' -f22 /proc/{pid}/stat 2>/dev/null)\" = {start} ]")
+    return (f"{{ flock -w 30 8 && {{ {held} || {{ echo {lost} >&2; exit {LOST_EXIT}; }}; }} && {step} && "
+            f"flock -u 8; }}")
 
 
 class NodeBusy(Exception):
@@ -93,9 +142,11 @@ def take(client: paramiko.SSHClient, sudo: bool, holder: str | None = None, time
         channel.close()
         raise NodeBusy(f"the node did not answer the lock request within {timeout:.0f} s") from None
     first_line = received.split(b"\n", 1)[0].decode(errors="replace").strip()
-    if first_line == LOCKED:
+    word, *holder_id = first_line.split()
+    if word == LOCKED:
         channel.settimeout(None)
-        return NodeLock(channel)
+        token = ":".join(holder_id)
+        return NodeLock(channel, token if _TOKEN.fullmatch(token) else None)
     status = channel.recv_exit_status()
     error = channel.recv_stderr(4096).decode(errors="replace").strip()
     channel.close()

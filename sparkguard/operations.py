@@ -12,68 +12,19 @@ import hashlib
 import io
 import posixpath
 import shlex
+import tarfile
 from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from pyinfra import host
 from pyinfra.api import FactBase, FileUploadCommand, StringCommand, operation
-from pyinfra.operations import files, server, systemd
+from pyinfra.operations import server, systemd
+
+from . import node_lock
+from .filestate import DIR_HELPER, FileState, ManagedFilesState
 
 Commands = Generator[StringCommand | FileUploadCommand, None, None]
-FileState = dict[str, str]
-
-
-class ManagedFileState(FactBase[FileState | None]):
-    """Mode, owner, group and sha256 of a file in one round trip; None if absent.
-
-    Example::
-
-        host.get_fact(ManagedFileState, path="/etc/default/earlyoom")
-        # {"mode": "644", "owner": "root", "group": "root", "sha256": "ab12..."}
-    """
-
-    def command(self, path: str) -> str:
-        q = shlex.quote(path)
-        return (
-            f"if [ -f {q} ]; then stat -c '%a %U %G' {q} && sha256sum {q} | cut -d' ' -f1; "
-            f"else echo absent; fi"
-        )
-
-    def process(self, output: Iterable[str]) -> FileState | None:
-        lines = [line.strip() for line in output if line.strip()]
-        if not lines or lines[0] == "absent":
-            return None
-        mode, owner, group = lines[0].split()
-        return {"mode": mode, "owner": owner, "group": group, "sha256": lines[1] if len(lines) > 1 else ""}
-
-
-class ManagedFilesState(FactBase[dict[str, FileState | None]]):
-    """ManagedFileState for many files in ONE round trip: {path: state or None}.
-
-    Example::
-
-        host.get_fact(ManagedFilesState, paths=("/etc/default/earlyoom", "/etc/sparkguard/node.json"))
-    """
-
-    def command(self, paths: tuple[str, ...]) -> str:
-        quoted = " ".join(shlex.quote(p) for p in paths)
-        return (
-            f"for p in {quoted}; do if [ -f \"$p\" ]; then "
-            f"printf '%s\\t%s %s\\n' \"$p\" \"$(stat -c '%a %U %G' \"$p\")\" \"$(sha256sum \"$p\" | cut -d' ' -f1)\"; "
-            f"else printf '%s\\tabsent\\n' \"$p\"; fi; done"
-        )
-
-    def process(self, output: Iterable[str]) -> dict[str, FileState | None]:
-        states: dict[str, FileState | None] = {}
-        for line in output:
-            path, _, rest = line.partition("\t")
-            fields = rest.split()
-            if len(fields) == 4:
-                states[path] = {"mode": fields[0], "owner": fields[1], "group": fields[2], "sha256": fields[3]}
-            else:
-                states[path] = None
-        return states
 
 
 _FETCH = object()
@@ -114,12 +65,17 @@ def file_item(path: str) -> str:
     return f"file:{path}"
 
 
+def directory_item(path: str) -> str:
+    return f"directory:{path}"
+
+
 def footprint(host_name: str, op_hash: str | None) -> frozenset[str] | None:
     return _footprints.get((host_name, op_hash))
 
 
 def forget_footprints() -> None:
     _footprints.clear()
+    _changed.clear()
 
 
 def _touches(*items: str) -> None:
@@ -142,20 +98,188 @@ def pending_marker(service: str, action: str) -> str:
     return posixpath.join(PENDING_DIR, f"{service}.{action}")
 
 
+@dataclass(frozen=True)
+class FileSpec:
+    """One file of ``managed_files``: exact content, ownership, an optional check, its pending markers.
+
+    + validate: shell command run on the staged copy, ``{path}`` replaced by its location; a non-zero
+      exit leaves the live file untouched and fails the operation
+    + pending: markers (``pending_marker``) created just before the file goes live, so the restart it
+      calls for survives an apply that dies in between
+    """
+
+    path: str
+    content: str
+    mode: str = "0644"
+    owner: str = "root"
+    group: str = "root"
+    validate: str | None = None
+    pending: tuple[str, ...] = ()
+
+
+# The files (directories) a managed_files (directories) operation changed on a host, in order:
+# {(host, op hash): paths}. Restarts ask for their own file (``path_changed``); the report lists each one.
+_changed: dict[tuple[str, str | None], tuple[str, ...]] = {}
+
+
+def changed_paths(host_name: str, op_hash: str | None) -> tuple[str, ...] | None:
+    """The paths a managed_files or directories operation changed (None: not such an operation, or not run)."""
+    return _changed.get((host_name, op_hash))
+
+
+def path_changed(meta: Any, path: str) -> Callable[[], bool]:
+    """An ``_if`` callable: the managed_files operation ``meta`` changed ``path`` in this run."""
+    return lambda: bool(meta.did_change()) and path in (changed_paths(host.name, meta._hash) or ())
+
+
+BUNDLE = ".sparkguard-bundle.tar"
+
+
+@operation()
+def managed_files(files: tuple[FileSpec, ...], current: Any = _FETCH, fence: str | None = None) -> Commands:
+    """Install exact contents at several paths; each staged copy is checked before it goes live.
+
+    One upload for all files that differ, however many: a tar ``bundle`` unpacked on the node into a
+    private staging directory next to each target (the rename must not cross file systems). Each file
+    goes live by ``mv`` after its own check passed and after every file before it went live (a unit's
+    check may run the script listed before it), so the order of ``files`` is the order of going live.
+
+    + current: {path: the file's state} when the caller read it (``ManagedFilesState``, or a ``Known``
+      from apply's snapshot); the paths missing or not fresh are read here, all in one round trip
+    + fence: this apply's lock holder on the node (``node_lock``). With it, every check and rename
+      runs in ONE command that renames nothing once the holder is gone (the apply was killed or its
+      connection dropped: a check still running on the node then never renames anything behind the next
+      apply's back). Without it (plain ``pyinfra`` holds no lock) a rename is never sent in the command
+      of a check: one command per checked file.
+
+    Example::
+
+        managed_files(
+            name="sshd: files",
+            files=(FileSpec("/etc/ssh/sshd_config.d/50-sparkguard.conf", rendered, validate="sshd -t -f {path}"),),
+        )
+    """
+    states = _file_states(files, current)
+    writes: list[FileSpec] = []
+    fixes: list[str] = []
+    fixed: list[str] = []
+    for spec in files:
+        have = states.get(spec.path)
+        if have is None or have["sha256"] != hashlib.sha256(spec.content.encode()).hexdigest():
+            writes.append(spec)
+            continue
+        fix = []
+        if have["mode"] != normal_mode(spec.mode):
+            fix.append(f"chmod {spec.mode} {shlex.quote(spec.path)}")
+        if (have["owner"], have["group"]) != (spec.owner, spec.group):
+            fix.append(f"chown {spec.owner}:{spec.group} {shlex.quote(spec.path)}")
+        if fix:
+            fixes += fix
+            fixed.append(spec.path)
+    changed = tuple(spec.path for spec in files if spec.path in fixed or spec in writes)
+    _changed[(host.name, host.current_op_hash)] = changed
+    _touches(*(file_item(path) for path in changed))
+    if not writes:
+        if fixes:
+            yield _shell(fixes)
+        return
+    yield from _write(writes, fence, fixes)
+
+
+def _file_states(files: tuple[FileSpec, ...], current: Any) -> dict[str, FileState | None]:
+    """Each file's state: given and fresh, or read now (all unknown ones in one round trip)."""
+    given = current if isinstance(current, dict) else {}
+    states: dict[str, FileState | None] = {}
+    unknown = []
+    for spec in files:
+        value = resolve(given.get(spec.path, _FETCH), lambda: _FETCH)
+        if value is _FETCH:
+            unknown.append(spec.path)
+        else:
+            states[spec.path] = value
+    if unknown:
+        read = host.get_fact(ManagedFilesState, paths=tuple(unknown)) or {}
+        states.update({path: read.get(path) for path in unknown})  # unanswered: written again, never skipped
+    return states
+
+
+def _shell(steps: list[str]) -> StringCommand:
+    return StringCommand("sh", "-c", shlex.quote(" && ".join(steps)))
+
+
+def _bundle(writes: list[FileSpec]) -> bytes:
+    """The new contents as a tar with members named 0, 1, ... (no path of ours ever reaches tar)."""
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.USTAR_FORMAT) as bundle:
+        for index, spec in enumerate(writes):
+            data = spec.content.encode()
+            member = tarfile.TarInfo(str(index))
+            member.size, member.mode = len(data), 0o600
+            bundle.addfile(member, io.BytesIO(data))
+    return out.getvalue()
+
+
+def _write(writes: list[FileSpec], fence: str | None, fixes: list[str]) -> Commands:
+    """Stage every new content, then check and rename each in order (see ``managed_files``).
+
+    Round trips: prepare, upload (under sudo: its copy and cleanup too), then one command with a fence,
+    or one per checked file plus one without.
+    """
+    staged = {spec.path: posixpath.join(posixpath.dirname(spec.path), STAGE_DIR, posixpath.basename(spec.path))
+              for spec in writes}
+    stages = list(dict.fromkeys(posixpath.dirname(path) for path in staged.values()))
+    if any(posixpath.basename(path) == BUNDLE for path in staged):
+        raise ValueError(f"{BUNDLE} is the name of sparkguard's own staging bundle, not a file it can manage")
+    bundle = posixpath.join(stages[0], BUNDLE)
+    q_stages = " ".join(shlex.quote(d) for d in stages)
+    directories = " ".join(shlex.quote(d) for d in dict.fromkeys(posixpath.dirname(s.path) for s in writes))
+    prepare = f"mkdir -p {directories} && mkdir -p -m 0700 {q_stages}"
+    temp = None
+    if host.data.get("_sudo"):
+        # Under sudo, pyinfra uploads as the SSH user to a temporary file, then copies it as root. Its
+        # default is a predictable /tmp/pyinfra-<sha1> created with the SFTP umask (readable by every
+        # local user, left behind if the copy fails). Ours lies in a 0700 directory of the SSH user's
+        # home instead; the path is relative because SFTP and the sudo'd copy both start there.
+        # Never through a symlink (checked first; chown -h would not follow one anyway).
+        prepare += (f" && test ! -L {UPLOAD_DIR} && mkdir -p -m 0700 {UPLOAD_DIR} && "
+                    f"chown -h \"${{SUDO_USER:-root}}\" {UPLOAD_DIR} && chmod 0700 {UPLOAD_DIR}")
+        temp = f"{UPLOAD_DIR}/{hashlib.sha1(bundle.encode()).hexdigest()}"
+    yield StringCommand(prepare)
+    # Without sudo pyinfra writes straight to ``bundle`` (asking it for a temporary name costs a round trip).
+    yield FileUploadCommand(io.BytesIO(_bundle(writes)), bundle, remote_temp_filename=temp)
+    q_bundle = shlex.quote(bundle)
+    steps = []
+    for index, spec in enumerate(writes):
+        q_staged = shlex.quote(staged[spec.path])
+        steps += [f"tar -xOf {q_bundle} {index} > {q_staged}", f"chown {spec.owner}:{spec.group} {q_staged}",
+                  f"chmod {spec.mode} {q_staged}"]
+    steps.append(f"rm -f {q_bundle}")
+    if fence is not None:
+        steps.insert(0, node_lock.fence_setup())
+    if any(spec.pending for spec in writes):
+        steps.append(f"mkdir -p -m 0700 {shlex.quote(PENDING_DIR)}")
+    for spec in writes:
+        q_staged, q_path = shlex.quote(staged[spec.path]), shlex.quote(spec.path)
+        if spec.validate:
+            check = spec.validate.replace("{path}", q_staged)
+            refused = shlex.quote(f"sparkguard: validation failed for {spec.path}; the live file was not touched")
+            # A subshell: a check that ends with `exit` ends only itself, never the renames after it.
+            steps.append(f"{{ ( {check}\n ) || {{ echo {refused} >&2; rm -rf {q_stages}; exit 1; }}; }}")
+            if fence is None:
+                yield _shell(steps)
+                steps = []
+        live = [f"touch {' '.join(shlex.quote(m) for m in spec.pending)}"] if spec.pending else []
+        live.append(f"mv -f {q_staged} {q_path}")
+        steps.append(node_lock.fenced(fence, " && ".join(live)) if fence is not None else " && ".join(live))
+    steps += [f"rmdir {q_stages}", *fixes]
+    yield _shell(steps)
+
+
 @operation()
 def managed_file(path: str, content: str, mode: str = "0644", owner: str = "root", group: str = "root",
-                 validate: str | None = None, current: Any = _FETCH, pending: tuple[str, ...] = ()) -> Commands:
-    """Install exact content at ``path``; validate a staged copy before it goes live.
-
-    + path: absolute path on the node
-    + content: the full file content
-    + mode/owner/group: ownership and permissions of the installed file
-    + validate: shell command run on the staged copy, ``{path}`` replaced by its location;
-      a non-zero exit leaves the live file untouched and fails the operation
-    + current: the file's state when the caller already read it (``ManagedFilesState``, one
-      round trip for many files, or a ``Known`` from apply's snapshot); by default it is read here
-    + pending: markers (``pending_marker``) created just before the file goes live, so the
-      restart it calls for survives an apply that dies in between
+                 validate: str | None = None, current: Any = _FETCH, pending: tuple[str, ...] = (),
+                 fence: str | None = None) -> Commands:
+    """``managed_files`` for one file (``current``: its state, a ``Known`` or, by default, read here).
 
     Example::
 
@@ -166,51 +290,8 @@ def managed_file(path: str, content: str, mode: str = "0644", owner: str = "root
             validate="sshd -t -f {path}",
         )
     """
-    data = content.encode()
-    want_sha = hashlib.sha256(data).hexdigest()
-    want_mode = normal_mode(mode)
-    current = resolve(current, lambda: host.get_fact(ManagedFileState, path=path))
-
-    _touches(file_item(path))
-    if current is not None and current["sha256"] == want_sha:
-        if current["mode"] != want_mode:
-            yield StringCommand("chmod", mode, shlex.quote(path))
-        if (current["owner"], current["group"]) != (owner, group):
-            yield StringCommand("chown", f"{owner}:{group}", shlex.quote(path))
-        return
-
-    directory, name = posixpath.split(path)
-    stage_dir = posixpath.join(directory, STAGE_DIR)
-    staged = posixpath.join(stage_dir, name)
-    q_dir, q_staged, q_path = (shlex.quote(p) for p in (stage_dir, staged, path))
-    # Round trips per new file: prepare, upload, then one command that sets ownership and renames into
-    # place (3). A validated file takes one more: its check runs in a command of its own, BEFORE the rename
-    # is even sent, so an apply killed while a check runs (earlyoom's takes 2 s) leaves a check that ends
-    # on its own, never a rename that lands later, behind the next apply's back.
-    prepare = f"mkdir -p {shlex.quote(directory)} && mkdir -p -m 0700 {q_dir}"
-    temp = None
-    if host.data.get("_sudo"):
-        # Under sudo, pyinfra uploads as the SSH user to a temporary file, then copies it as root. Its
-        # default is a predictable /tmp/pyinfra-<sha1> created with the SFTP umask (readable by every
-        # local user, left behind if the copy fails). Ours lies in a 0700 directory of the SSH user's
-        # home instead; the path is relative because SFTP and the sudo'd copy both start there.
-        # Never through a symlink (checked first; chown -h would not follow one anyway).
-        prepare += (f" && test ! -L {UPLOAD_DIR} && mkdir -p -m 0700 {UPLOAD_DIR} && "
-                    f"chown -h \"${{SUDO_USER:-root}}\" {UPLOAD_DIR} && chmod 0700 {UPLOAD_DIR}")
-        temp = f"{UPLOAD_DIR}/{hashlib.sha1(path.encode()).hexdigest()}"
-    yield StringCommand(prepare)
-    yield FileUploadCommand(io.BytesIO(data), staged, remote_temp_filename=temp or host.get_temp_filename(path))
-    steps = [f"chown {owner}:{group} {q_staged}", f"chmod {mode} {q_staged}"]
-    if validate:
-        check = validate.replace("{path}", q_staged)
-        refused = shlex.quote(f"sparkguard: validation failed for {path}; the live file was not touched")
-        steps.append(f"{{ {check} || {{ echo {refused} >&2; rm -rf {q_dir}; exit 1; }}; }}")
-        yield StringCommand("sh", "-c", shlex.quote(" && ".join(steps)))
-        steps = []
-    if pending:
-        steps += [f"mkdir -p -m 0700 {shlex.quote(PENDING_DIR)}", f"touch {' '.join(shlex.quote(m) for m in pending)}"]
-    steps += [f"mv -f {q_staged} {q_path}", f"rmdir {q_dir}"]
-    yield StringCommand("sh", "-c", shlex.quote(" && ".join(steps)))
+    spec = FileSpec(path, content, mode, owner, group, validate, pending)
+    yield from managed_files._inner(files=(spec,), current={path: current}, fence=fence)
 
 
 class Leftovers(FactBase[dict[str, list[str]]]):
@@ -408,17 +489,65 @@ def directory_as_desired(seen: str | None, mode: str | None, owner: str | None, 
 
 
 @operation()
-def directory(path: str, mode: str | None, owner: str | None, group: str | None, current: Any = _FETCH) -> Commands:
-    """pyinfra's ``files.directory``, skipped when ``current`` (``directory_as_desired``'s input) matches.
+def directories(items: tuple[Any, ...], current: Any = _FETCH) -> Commands:
+    """Directories with a mode, owner and group (``None``: left as they are), all fixed in ONE command.
+
+    + items: ``sparkguard.state.Directory`` entries (path, mode, owner, group)
+    + current: {path: ``directory_as_desired``'s input, or a ``Known`` of it}; what is missing or no longer
+      fresh is read here, all in one round trip. A symbolic link is never followed: the command fails.
 
     Example::
 
-        directory(name="runs", path="/var/lib/sparkguard/runs", mode="0755", owner="root", group="root")
+        directories(name="base: directories", items=(Directory("/var/lib/sparkguard/runs", "0755"),))
     """
-    seen = resolve(current, lambda: None)
-    if seen is not None and directory_as_desired(seen, mode, owner, group):
-        return
-    yield from files.directory._inner(path=path, mode=mode, user=owner, group=group)
+    given = current if isinstance(current, dict) else {}
+    seen = {item.path: resolve(given.get(item.path, _FETCH), lambda: _FETCH) for item in items}
+    unknown = tuple(path for path, value in seen.items() if value is _FETCH)
+    if unknown:
+        read: dict[str, str] = host.get_fact(DirectoryStates, paths=unknown) or {}
+        seen.update(read)
+    steps, changed = [], []
+    for item in items:
+        if directory_as_desired(seen.get(item.path), item.mode, item.owner, item.group):
+            continue
+        q = shlex.quote(item.path)
+        steps += [f"test ! -L {q}", f"mkdir -p {q}"]
+        if item.mode is not None:
+            steps.append(f"chmod {item.mode} {q}")
+        if item.owner is not None:
+            steps.append(f"chown {item.owner}{':' + item.group if item.group else ''} {q}")
+        elif item.group is not None:
+            steps.append(f"chgrp {item.group} {q}")
+        changed.append(item.path)
+    _changed[(host.name, host.current_op_hash)] = tuple(changed)
+    _touches(*(directory_item(path) for path in changed))
+    if steps:
+        yield _shell(steps)
+
+
+class DirectoryStates(FactBase[dict[str, str]]):
+    """``mode:owner:group`` of real directories (not links), or "absent": the probe's ``dr`` in one command.
+
+    Example::
+
+        host.get_fact(DirectoryStates, paths=("/var/lib/sparkguard",))  # {"/var/lib/sparkguard": "755:root:root"}
+    """
+
+    def command(self, paths: tuple[str, ...]) -> str:
+        return "\n".join([DIR_HELPER, *(f"dr {shlex.quote(p)}" for p in paths), "true"])
+
+    @staticmethod
+    def default() -> dict[str, str]:
+        return {}
+
+    def process(self, output: Iterable[str]) -> dict[str, str]:
+        found = {}
+        for line in output:
+            tag, _, rest = line.partition("\t")
+            path, _, value = rest.partition("\t")
+            if tag == "@@T" and path:
+                found[path] = value.strip()
+        return found
 
 
 def service_as_desired(seen: dict[str, str] | None, running: bool | None, enabled: bool | None) -> bool:

@@ -18,31 +18,24 @@ from pyinfra.api import FactBase
 
 from .auditing import ProbeOutput, ensure_key
 from .facts import PROBE, parse_probe
+from .filestate import DIR_HELPER, FS_HELPER, SHELL_SETUP, parse_files, zipped
 from .operations import PENDING_DIR, STAGE_DIR, UPLOAD_DIR, MatchingFiles, TemplateUnits
 from .state import DesiredState
 
 MANAGER = "org.freedesktop.systemd1 /org/freedesktop/systemd1 org.freedesktop.systemd1.Manager"
 
-HELPERS = r"""
-LC_ALL=C
-t=$(printf '\t')
+HELPERS = "\n".join([SHELL_SETUP, r"""
 f() { if [ -f "$2" ]; then printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$(stat -c '%a:%U:%G' "$2")" "$(sha256sum < "$2" | cut -d' ' -f1)"; else printf '%s\t%s\tabsent\t-\n' "$1" "$2"; fi; }
 r() { printf '@@R\t%s\t%s\n' "$1" "$(printf '%s' "$2" | tr '\t\n' '  ')"; }
-pk() { printf '@@P\t%s\t%s\n' "$1" "$(dpkg-query -W -f='${db:Status-Status}' "$1" 2>/dev/null || echo absent)"; }
-nl='
-'
-fs() { for p do shift; case $p in *"$t"*|*"$nl"*) continue;; esac; if [ -f "$p" ]; then set -- "$@" "$p"; else printf '@@F\t%s\tabsent\t-\n' "$p"; fi; done
-  [ $# -gt 0 ] || return 0; printf '@@FP\t%s\n' "$@"; stat -c "@@FM$t%a:%U:%G" -- "$@"
-  sha256sum -z -- "$@" | tr '\0\n' '\n ' | cut -c1-64 | sed "s/^/@@FH$t/"; }
+pk() { printf '@@P\t%s\t%s\n' "$1" "$(dpkg-query -W -f='${db:Status-Status}' "$1" 2>/dev/null || echo absent)"; }""", FS_HELPER, DIR_HELPER, r"""
 sv() { for u do printf '@@E\t%s\t%s\n' "$u" "$(systemctl is-enabled "$u" 2>/dev/null || true)"; done
   printf '@@SN\t%s\n' "$@"; systemctl is-active -- "$@" 2>/dev/null | sed "s/^/@@SA$t/"; }
 su() { printf '@@UN\t%s\n' "$@"; systemctl show -p SubState -p UnitFileState -- "$@" 2>/dev/null | awk -v RS= '{gsub(/\n/, " "); print "@@UV\t" $0}'; }
 sc() { printf '@@K\t%s\t%s\n' "$1" "$(tr '\t\n' '  ' < "/proc/sys/$(printf '%s' "$1" | tr . /)" 2>/dev/null || echo absent)"; }
 ck() { if ( eval "$2" ) >/dev/null 2>&1; then printf '@@C\t%s\tyes\n' "$1"; else printf '@@C\t%s\tno\n' "$1"; fi; }
 ed() { if [ -f "$2" ]; then printf '@@D\t%s\t%s\n' "$1" "$(base64 -w0 < "$2")"; else printf '@@D\t%s\tabsent\n' "$1"; fi; }
-dr() { if [ -d "$1" ] && [ ! -L "$1" ]; then printf '@@T\t%s\t%s\n' "$1" "$(stat -c '%a:%U:%G' "$1")"; else printf '@@T\t%s\tabsent\n' "$1"; fi; }
 mp() { printf '%s' "$(busctl get-property $MANAGER "$1" 2>/dev/null)"; }
-"""
+"""])
 
 
 def q(value: str) -> str:
@@ -125,12 +118,6 @@ class NodeProbe(FactBase[str]):
         return "\n".join(output)
 
 
-def _zipped(names: list[str], values: list[str]) -> dict[str, str]:
-    """A batch's values by name, in the order asked; nothing when the counts differ (then every item of the
-    batch is unknown: apply reads it itself, audit reports it, neither guesses)."""
-    return dict(zip(names, values, strict=True)) if len(names) == len(values) else {}
-
-
 def parse_output(text: str) -> ProbeOutput:
     out = ProbeOutput(info=parse_probe("\n".join(line for line in text.splitlines() if not line.startswith("@@"))))
     batch: dict[str, list[str]] = {}
@@ -140,10 +127,8 @@ def parse_output(text: str) -> ProbeOutput:
             continue
         tag, *rest = line.split("\t")
         rest += [""] * 4
-        if tag in ("@@FP", "@@FM", "@@FH", "@@SN", "@@SA", "@@UN", "@@UV"):
+        if tag in ("@@SN", "@@SA", "@@UN", "@@UV"):
             batch.setdefault(tag, []).append(rest[0])
-        elif tag == "@@F":
-            out.files[rest[0]] = (rest[1], rest[2])
         elif tag == "@@V":
             out.found_files[rest[0]] = (rest[1], rest[2])
         elif tag == "@@P":
@@ -160,11 +145,9 @@ def parse_output(text: str) -> ProbeOutput:
             out.directories[rest[0]] = rest[1].strip()
         elif tag == "@@R":
             out.runtime[rest[0]] = rest[1].strip()
-    present = batch.get("@@FP", [])
-    modes, hashes = _zipped(present, batch.get("@@FM", [])), _zipped(present, batch.get("@@FH", []))
-    out.files.update({path: (modes[path], hashes[path]) for path in present if path in modes and path in hashes})
-    active = _zipped(batch.get("@@SN", []), [a.strip() for a in batch.get("@@SA", [])])
+    out.files.update(parse_files(text.splitlines()))
+    active = zipped(batch.get("@@SN", []), [a.strip() for a in batch.get("@@SA", [])])
     out.services.update({name: (state, active[name]) for name, state in enabled.items() if name in active})
-    shown = _zipped(batch.get("@@UN", []), batch.get("@@UV", []))
+    shown = zipped(batch.get("@@UN", []), batch.get("@@UV", []))
     out.units.update({name: dict(p.split("=", 1) for p in value.split() if "=" in p) for name, value in shown.items()})
     return out

@@ -30,6 +30,7 @@ from .converge import PreflightError, node_info_cache
 from .errors import ConfigError, ConnectError, NodeBusyError, Problem
 from .facts import NodeInfo
 from .inventory import Inventory, InventoryHost
+from .operations import changed_paths
 from .selection import select_hosts
 
 
@@ -109,7 +110,15 @@ class Progress(BaseStateCallback):
             self.done[host.name] = self.done.get(host.name, 0) + 1
             what = "FAILED" if meta.did_error() else "changed" if meta.did_change() else None
             if what:
-                self.write(f"{host.name} [{self.done[host.name]}/{len(ops)}] {what}: {name}")
+                self.write(f"{host.name} [{self.done[host.name]}/{len(ops)}] {what}: "
+                           f"{', '.join(reported_names(name, host.name, op_hash))}")
+
+
+def reported_names(name: str, host_name: str, op_hash: str) -> list[str]:
+    """How a changed operation is reported: by its name, and an operation that writes several files or
+    directories names each one it changed ("earlyoom: files /etc/default/earlyoom")."""
+    changed = changed_paths(host_name, op_hash)
+    return [f"{name} {path}" for path in changed] if changed else [name]
 
 
 class ConnectErrors(BaseStateCallback):
@@ -302,7 +311,9 @@ def lock_hosts(state: State, entries: list[InventoryHost]) -> list[node_lock.Nod
         if client is None:
             continue  # not an SSH connection (pyinfra's own @local in a developer's run)
         try:
-            held.append(node_lock.take(client, entry.config.sudo))
+            lock = node_lock.take(client, entry.config.sudo)
+            node_lock.remember(entry.name, lock)
+            held.append(lock)
         except node_lock.NodeBusy as error:
             busy.append(f"host '{entry.name}': {error}")
     if busy:
@@ -345,7 +356,7 @@ def _collect(state: State, entries: list[InventoryHost], dry: bool,
             if dry:
                 if meta.will_change:
                     result.changed += 1
-                    result.changed_names.append(name)
+                    result.changed_names += reported_names(name, host.name, op_hash)
                 continue
             if not meta.is_complete():
                 result.skipped += 1
@@ -355,7 +366,7 @@ def _collect(state: State, entries: list[InventoryHost], dry: bool,
                 result.errors.append(f"operation '{name}' failed: {detail or 'see -v output'}")
             elif meta.did_change():
                 result.changed += 1
-                result.changed_names.append(name)
+                result.changed_names += reported_names(name, host.name, op_hash)
         if (failed_before or host in state.failed_hosts) and not result.errors:
             result.errors.append("host failed during the run (see -v output)")
         # Fail closed: a host on which nothing ran, or less than was planned, is not "ok".

@@ -21,18 +21,9 @@ from pyinfra import host, state
 
 from .auditing import ProbeOutput
 from .desired import variant_states
+from .filestate import FileState, ManagedFilesState, Seen, file_state
 from .hostconfig import HostConfig
-from .operations import (
-    STAGE_DIR,
-    UPLOAD_DIR,
-    FileState,
-    Known,
-    ManagedFilesState,
-    ManagedFileState,
-    file_item,
-    footprint,
-    forget_footprints,
-)
+from .operations import STAGE_DIR, UPLOAD_DIR, Known, file_item, footprint, forget_footprints
 from .probe import NodeProbe, parse_output, script, state_lines
 from .state import DesiredState
 
@@ -93,7 +84,7 @@ def known(value: Any, item: str | None = None) -> Known:
     return Known(value, lambda: fresh(item))
 
 
-def known_file(seen: tuple[str, str], path: str, role_paths: tuple[str, ...]) -> Known:
+def known_file(seen: Seen, path: str, role_paths: tuple[str, ...]) -> Known:
     """A file's state from the snapshot; once stale, all of the role's files are read again in ONE round
     trip (by the first of them to need it), and that read serves the others while it holds."""
     return Known(file_state(seen), lambda: fresh(file_item(path)), lambda: _reread_file(path, role_paths))
@@ -105,9 +96,7 @@ def _reread_file(path: str, role_paths: tuple[str, ...]) -> FileState | None:
     if found is None or path not in found[1] or not fresh(file_item(path), since=found[0]):
         found = (host.current_op_hash, host.get_fact(ManagedFilesState, paths=role_paths) or {})
         _files_read[key] = found
-    if path not in found[1]:  # the batch did not answer for it: the file's own read
-        return host.get_fact(ManagedFileState, path=path)
-    return found[1][path]
+    return found[1].get(path)  # not answered (a name the batch cannot read): written again, never skipped
 
 
 def covering(desired: DesiredState) -> ProbeOutput | None:
@@ -123,14 +112,6 @@ def covering(desired: DesiredState) -> ProbeOutput | None:
 
 def _taken_for_host() -> ProbeOutput | None:
     return _latest.get(host.name)
-
-
-def file_state(seen: tuple[str, str]) -> FileState | None:
-    """The probe's ``mode:owner:group`` and sha256 as ``ManagedFileState`` gives them (None: absent)."""
-    if seen[0] == "absent":
-        return None
-    mode, owner, group = (seen[0].split(":") + ["", ""])[:3]
-    return {"mode": mode, "owner": owner, "group": group, "sha256": seen[1]}
 
 
 def leftovers(snap: ProbeOutput, directories: tuple[str, ...]) -> dict[str, list[str]]:

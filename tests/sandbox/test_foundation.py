@@ -126,7 +126,7 @@ def test_dry_diff_shows_a_hand_edit_and_never_a_secret(sandbox_nodes):
     hosts = {h["host"]: h for h in json.loads(done.stdout)["hosts"]}
     (earlyoom,) = [d for d in hosts["node-1"]["diffs"] if "/etc/default/earlyoom (node)" in d]
     assert '-EARLYOOM_ARGS="-m 7,3' in earlyoom and '+EARLYOOM_ARGS="-m 8,4' in earlyoom
-    assert "sparkguard site | earlyoom: file /etc/default/earlyoom" in hosts["node-1"]["changed_operations"]
+    assert "sparkguard site | earlyoom: files /etc/default/earlyoom" in hosts["node-1"]["changed_operations"]
     assert hosts["node-2"]["diffs"] == []
     assert "-m 7,3" in sandbox_nodes.ssh("node-1", "cat /etc/default/earlyoom")[1]  # a dry run changes nothing
     assert apply(sandbox_nodes.inventory_dir).ok
@@ -187,7 +187,7 @@ def test_rolling_apply_stops_skips_and_leaves_a_retry_file(sandbox_nodes, tmp_pa
                        "--skip-unreachable", "--retry-file", str(retry), "--progress")
         assert done.returncode == 1, done.stdout + done.stderr
         assert "batch 1/2: ghost, node-1" in done.stderr and "batch 2/2: node-2" in done.stderr
-        assert "node-1 [" in done.stderr and "changed: sparkguard site | base: file /etc/sparkguard/node.json" in done.stderr
+        assert "node-1 [" in done.stderr and "changed: sparkguard site | base: files /etc/sparkguard/node.json" in done.stderr
         assert [_contact_on(sandbox_nodes, n) for n in NODES] == ["rollout-b"] * 2
         assert retry.read_text().splitlines()[1:] == ["ghost"]
 

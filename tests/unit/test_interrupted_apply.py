@@ -104,3 +104,93 @@ def test_markers_follow_the_roles_restart_and_reload_lists():
                     assert pending_marker(service.name, "restart") in markers
                 if not service.running:
                     assert pending_marker(service.name, "restart") not in markers
+
+
+def _run_locally(op, **kwargs) -> subprocess.CompletedProcess:
+    """Run ``op``'s commands here, as the node would (an upload is written where it goes); stop at a failure."""
+    from pyinfra.api import FileUploadCommand
+
+    with node():
+        generated = list(op._inner(**kwargs))
+    done = subprocess.CompletedProcess([], 0, "", "")
+    for command in generated:
+        if isinstance(command, FileUploadCommand):
+            with open(command.dest, "wb") as out:
+                out.write(command.src.getvalue())
+            continue
+        done = subprocess.run(["sh", "-c", command.get_raw_value()], capture_output=True, text=True, timeout=30)
+        if done.returncode:
+            break
+    return done
+
+
+@pytest.fixture
+def holder(tmp_path, monkeypatch):
+    """A real node lock holder (node_lock.lock_command, as an apply's SSH channel runs it) and its token."""
+    from sparkguard import node_lock
+
+    monkeypatch.setattr(node_lock, "LOCK_FILE", str(tmp_path / "apply.lock"))
+    monkeypatch.setattr(node_lock, "COMMIT_FILE", str(tmp_path / "commit.lock"))
+    monkeypatch.setattr(operations, "PENDING_DIR", str(tmp_path / "pending"))
+    process = subprocess.Popen(["sh", "-c", node_lock.lock_command("test", sudo=False, wait_s=1)],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    word, pid, start = process.stdout.readline().split()
+    assert word == node_lock.LOCKED and pid.isdigit() and start.isdigit()
+    yield process, f"{pid}:{start}"
+    process.stdin.close()
+    process.wait(timeout=10)
+
+
+def _owner():
+    import grp
+    import os
+    import pwd
+
+    return pwd.getpwuid(os.getuid()).pw_name, grp.getgrgid(os.getgid()).gr_name
+
+
+def test_fenced_files_go_live_in_order_while_the_apply_holds_the_lock(tmp_path, holder):
+    _, token = holder
+    owner, group = _owner()
+    script, unit = tmp_path / "lib" / "check-x", tmp_path / "etc" / "x.conf"
+    marker = str(tmp_path / "pending" / "x.service.restart")
+    files = (operations.FileSpec(str(script), "#!/bin/sh\nexit 0\n", "0755", owner, group, validate="sh -n {path}"),
+             # This check needs the script before it live, and ends with `exit 0` (as vLLM's unit check does):
+             # the renames after it must still run.
+             operations.FileSpec(str(unit), "x=1\n", "0640", owner, group, validate=f"{script} && exit 0",
+                                 pending=(marker,)))
+    done = _run_locally(operations.managed_files, files=files, current=dict.fromkeys(map(str, (script, unit))),
+                        fence=token)
+    assert done.returncode == 0, done.stderr
+    assert script.read_text() == "#!/bin/sh\nexit 0\n" and unit.read_text() == "x=1\n"
+    assert oct(unit.stat().st_mode & 0o777) == "0o640"
+    assert (tmp_path / "pending" / "x.service.restart").exists()
+    assert not list(tmp_path.glob("*/.sparkguard-stage"))
+
+
+def test_a_check_still_running_when_the_apply_died_renames_nothing(tmp_path, holder):
+    """The apply's connection ended (the holder read end of file and exited): its command, still running on the
+    node, finds the holder gone and leaves the live file as it was, for the next apply to clean up."""
+    process, token = holder
+    owner, group = _owner()
+    live = tmp_path / "etc" / "x.conf"
+    live.parent.mkdir()
+    live.write_text("old\n")
+    process.stdin.close()
+    process.wait(timeout=10)
+    files = (operations.FileSpec(str(live), "new\n", "0644", owner, group, validate="true"),)
+    done = _run_locally(operations.managed_files, files=files, current={str(live): None}, fence=token)
+    assert done.returncode == 75 and "no longer holds the node's lock" in done.stderr
+    assert live.read_text() == "old\n"
+
+
+def test_a_failed_check_leaves_the_live_file_and_no_stage(tmp_path, holder):
+    _, token = holder
+    owner, group = _owner()
+    live = tmp_path / "etc" / "x.conf"
+    live.parent.mkdir()
+    live.write_text("old\n")
+    files = (operations.FileSpec(str(live), "broken\n", "0644", owner, group, validate="grep -qx ok {path}"),)
+    done = _run_locally(operations.managed_files, files=files, current={str(live): None}, fence=token)
+    assert done.returncode == 1 and f"validation failed for {live}" in done.stderr
+    assert live.read_text() == "old\n" and not (live.parent / ".sparkguard-stage").exists()

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import select
 import subprocess
+
+import pytest
 
 from sparkguard import node_lock
 
@@ -12,11 +15,16 @@ def start_holder(holder: str) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def test_second_apply_is_refused_naming_the_holder_until_the_first_connection_ends(tmp_path, monkeypatch):
+@pytest.fixture(autouse=True)
+def lock_files_here(tmp_path, monkeypatch):
     monkeypatch.setattr(node_lock, "LOCK_FILE", str(tmp_path / "apply.lock"))
+    monkeypatch.setattr(node_lock, "COMMIT_FILE", str(tmp_path / "commit.lock"))
+
+
+def test_second_apply_is_refused_naming_the_holder_until_the_first_connection_ends(tmp_path):
     first = start_holder("sparkguard apply by alice@laptop (pid 1) since now")
     try:
-        assert first.stdout.readline().strip() == node_lock.LOCKED
+        assert first.stdout.readline().split()[0] == node_lock.LOCKED
         second = start_holder("sparkguard apply by bob@ci (pid 2) since now")
         out, _ = second.communicate(timeout=10)
         assert second.returncode == node_lock.BUSY_EXIT
@@ -27,7 +35,7 @@ def test_second_apply_is_refused_naming_the_holder_until_the_first_connection_en
         first.wait(timeout=10)
     third = start_holder("sparkguard apply by bob@ci (pid 3) since now")
     try:
-        assert third.stdout.readline().strip() == node_lock.LOCKED
+        assert third.stdout.readline().split()[0] == node_lock.LOCKED
     finally:
         third.stdin.close()
         third.wait(timeout=10)
@@ -48,3 +56,22 @@ def test_the_wait_comes_from_the_environment_when_it_is_a_number(monkeypatch):
     assert "flock -w 3 9" in node_lock.lock_command("h", sudo=False)
     monkeypatch.setenv("SPARKGUARD_LOCK_WAIT_S", "3; reboot")
     assert f"flock -w {node_lock.WAIT_S} 9" in node_lock.lock_command("h", sudo=False)
+
+
+def test_a_new_holder_waits_for_a_fenced_step_of_the_last_apply_to_finish(tmp_path):
+    """A step still running for a dead apply either ends before the next apply reads the node, or finds
+    its holder gone (sparkguard.operations.managed_files): here it holds the commit lock when the next
+    holder arrives, and the next holder answers only once it let go."""
+    step = subprocess.Popen(["sh", "-c", f"exec 8>>{tmp_path}/commit.lock && flock 8 && echo held && read _"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert step.stdout.readline().strip() == "held"
+    holder = start_holder("next")
+    try:
+        assert select.select([holder.stdout], [], [], 1.0)[0] == []  # no answer while the step holds it
+        step.stdin.close()
+        step.wait(timeout=10)
+        assert holder.stdout.readline().split()[0] == node_lock.LOCKED
+    finally:
+        step.kill()
+        holder.stdin.close()
+        holder.wait(timeout=10)

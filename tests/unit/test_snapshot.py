@@ -10,7 +10,6 @@ from types import SimpleNamespace
 
 import pytest
 from pyinfra.context import ctx_host, ctx_state
-from pyinfra.facts.files import Directory
 from pyinfra.facts.server import Sysctl
 from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
@@ -19,15 +18,17 @@ from sparkguard.auditing import ProbeOutput
 from sparkguard.facts import parse_probe
 from sparkguard.operations import (
     CommandSucceeds,
+    DirectoryStates,
     Known,
     UnitFileState,
-    directory,
+    directories,
     ensure,
     service,
     sysctl,
     unit_masked,
 )
 from sparkguard.probe import HELPERS, parse_output, q
+from sparkguard.state import Directory as StateDirectory
 from tests.unit.operations_harness import commands, node
 
 FRESH, STALE = (lambda: True), (lambda: False)
@@ -37,20 +38,19 @@ SERVICE = "earlyoom.service"
 @pytest.mark.parametrize("known,live_facts,expected", [
     # Known and as desired: nothing to do, nothing read.
     (Known("755:root:root", FRESH), {}, []),
-    # Known and different: pyinfra's files.directory decides, from the node.
-    (Known("700:root:root", FRESH), {Directory: {"mode": 700, "user": "root", "group": "root"}},
-     ["chmod 755 /var/lib/sparkguard/runs"]),
-    (Known("absent", FRESH), {Directory: None}, ["mkdir -p /var/lib/sparkguard/runs", "chmod 755 /var/lib/sparkguard/runs",
-                                                  "chown root:root /var/lib/sparkguard/runs"]),
+    # Known and different: fixed in one command.
+    (Known("700:root:root", FRESH), {}, ["sh -c 'test ! -L /var/lib/sparkguard/runs && mkdir -p /var/lib/sparkguard/runs "
+                                         "&& chmod 0755 /var/lib/sparkguard/runs && chown root:root /var/lib/sparkguard/runs'"]),
     # Stale (something changed since the snapshot): the node is read again, whatever was known.
-    (Known("755:root:root", STALE), {Directory: None}, ["mkdir -p /var/lib/sparkguard/runs",
-                                                         "chmod 755 /var/lib/sparkguard/runs",
-                                                         "chown root:root /var/lib/sparkguard/runs"]),
+    (Known("absent", STALE), {DirectoryStates: {"/var/lib/sparkguard/runs": "755:root:root"}}, []),
+    (Known("755:root:root", STALE), {DirectoryStates: {"/var/lib/sparkguard/runs": "absent"}},
+     ["sh -c 'test ! -L /var/lib/sparkguard/runs && mkdir -p /var/lib/sparkguard/runs "
+      "&& chmod 0755 /var/lib/sparkguard/runs && chown root:root /var/lib/sparkguard/runs'"]),
 ])
 def test_directory(known, live_facts, expected):
-    with node(live_facts) as fake:
-        fake.noop = lambda *_: None   # pyinfra's operations note what they skip
-        assert commands(directory, "/var/lib/sparkguard/runs", "0755", "root", "root", current=known) == expected
+    with node(live_facts):
+        item = StateDirectory("/var/lib/sparkguard/runs", "0755", "root", "root")
+        assert commands(directories, (item,), current={item.path: known}) == expected
 
 
 @pytest.mark.parametrize("known,live_facts,expected", [
