@@ -248,30 +248,38 @@ def _write(writes: list[FileSpec], fence: str | None, fixes: list[str]) -> Comma
     # Without sudo pyinfra writes straight to ``bundle`` (asking it for a temporary name costs a round trip).
     yield FileUploadCommand(io.BytesIO(_bundle(writes)), bundle, remote_temp_filename=temp)
     q_bundle = shlex.quote(bundle)
-    steps = []
+
+    def guarded(step: list[str]) -> str:
+        """With a fence, everything that writes runs only while this apply holds the node's lock: after it
+        is gone, only checks run on (they read their staged copy), and their result goes nowhere."""
+        joined = " && ".join(step)
+        return node_lock.fenced(fence, joined) if fence is not None else joined
+
+    unpack = []
     for index, spec in enumerate(writes):
         q_staged = shlex.quote(staged[spec.path])
-        steps += [f"tar -xOf {q_bundle} {index} > {q_staged}", f"chown {spec.owner}:{spec.group} {q_staged}",
-                  f"chmod {spec.mode} {q_staged}"]
-    steps.append(f"rm -f {q_bundle}")
-    if fence is not None:
-        steps.insert(0, node_lock.fence_setup())
+        unpack += [f"tar -xOf {q_bundle} {index} > {q_staged}", f"chown {spec.owner}:{spec.group} {q_staged}",
+                   f"chmod {spec.mode} {q_staged}"]
+    unpack.append(f"rm -f {q_bundle}")
     if any(spec.pending for spec in writes):
-        steps.append(f"mkdir -p -m 0700 {shlex.quote(PENDING_DIR)}")
-    for spec in writes:
+        unpack.append(f"mkdir -p -m 0700 {shlex.quote(PENDING_DIR)}")
+    steps = [node_lock.fence_setup()] if fence is not None else []
+    steps.append(guarded(unpack))
+    for number, spec in enumerate(writes, 1):
         q_staged, q_path = shlex.quote(staged[spec.path]), shlex.quote(spec.path)
         if spec.validate:
             check = spec.validate.replace("{path}", q_staged)
             refused = shlex.quote(f"sparkguard: validation failed for {spec.path}; the live file was not touched")
             # A subshell: a check that ends with `exit` ends only itself, never the renames after it.
-            steps.append(f"{{ ( {check}\n ) || {{ echo {refused} >&2; rm -rf {q_stages}; exit 1; }}; }}")
+            steps.append(f"{{ ( {check}\n ) || {{ echo {refused} >&2; {guarded([f'rm -rf {q_stages}'])}; exit 1; }}; }}")
             if fence is None:
                 yield _shell(steps)
                 steps = []
         live = [f"touch {' '.join(shlex.quote(m) for m in spec.pending)}"] if spec.pending else []
         live.append(f"mv -f {q_staged} {q_path}")
-        steps.append(node_lock.fenced(fence, " && ".join(live)) if fence is not None else " && ".join(live))
-    steps += [f"rmdir {q_stages}", *fixes]
+        if number == len(writes):
+            live += [f"rmdir {q_stages}", *fixes]
+        steps.append(guarded(live))
     yield _shell(steps)
 
 

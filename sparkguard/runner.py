@@ -363,7 +363,9 @@ def _collect(state: State, entries: list[InventoryHost], dry: bool,
                 continue
             if meta.did_error():
                 detail = " ".join(line.strip() for line in meta.stderr_lines[-5:] if line.strip())
-                result.errors.append(f"operation '{name}' failed: {detail or 'see -v output'}")
+                paths = changed_paths(host.name, op_hash)
+                writing = f" (writing {', '.join(paths)})" if paths else ""
+                result.errors.append(f"operation '{name}'{writing} failed: {detail or 'see -v output'}")
             elif meta.did_change():
                 result.changed += 1
                 result.changed_names += reported_names(name, host.name, op_hash)

@@ -37,10 +37,10 @@ CHECK = ("{ ( grep -q ARGS /etc/default/.sparkguard-stage/earlyoom\n ) || { echo
          "exit 1; }; }")
 TOKEN = "4242:987654"
 FENCED_COMMIT = "sh -c " + shlex.quote(
-    "exec 8>>/run/sparkguard-commit.lock && " + UNPACK + " && "
+    "exec 8>>/run/sparkguard-commit.lock && " + node_lock.fenced(TOKEN, UNPACK) + " && "
     "{ ( grep -q ARGS /etc/default/.sparkguard-stage/earlyoom\n ) || { echo 'sparkguard: validation failed for "
-    "/etc/default/earlyoom; the live file was not touched' >&2; rm -rf /etc/default/.sparkguard-stage; exit 1; }; } && "
-    + node_lock.fenced(TOKEN, f"mv -f {STAGE}/earlyoom {PATH}") + f" && rmdir {STAGE}")
+    "/etc/default/earlyoom; the live file was not touched' >&2; " + node_lock.fenced(TOKEN, f"rm -rf {STAGE}") +
+    "; exit 1; }; } && " + node_lock.fenced(TOKEN, f"mv -f {STAGE}/earlyoom {PATH} && rmdir {STAGE}"))
 
 
 def state(mode="644", owner="root", group="root", sha=SHA):
