@@ -39,6 +39,7 @@ from .operations import (
     directories,
     directory_item,
     ensure,
+    file_item,
     instances_of,
     leftovers_removed,
     managed_file,
@@ -47,6 +48,7 @@ from .operations import (
     pending_marker,
     service_action,
     sysctl,
+    unit_item,
     unit_masked,
 )
 from .operations import service as service_state
@@ -138,11 +140,40 @@ def _markers(state: DesiredState, path: str) -> tuple[str, ...]:
     return tuple(markers)
 
 
-def _hint(table: dict[str, Any] | None, key: str, convert: Callable[[Any], Any] = lambda v: v) -> Any:
-    """A ``Known`` value when the snapshot read ``key``, else ``FETCH`` (the operation reads it)."""
-    if table is None or key not in table:
+Table = Callable[[ProbeOutput], dict[str, Any]]
+
+
+def _hint(state: DesiredState, snap: ProbeOutput | None, table: Table, key: str, item: str | None = None,
+          convert: Callable[[Any], Any] = lambda v: v) -> Any:
+    """A ``Known`` value when the snapshot read ``key`` (once stale: read again with the role's other
+    state, ``snapshot.role_read``), else ``FETCH`` (the operation reads it)."""
+    if snap is None or key not in table(snap):
         return FETCH
-    return snapshot.known(convert(table[key]))
+    return snapshot.known(convert(table(snap)[key]), item, state, snapshot.picked(table, key, convert))
+
+
+def _files(read: ProbeOutput) -> dict[str, Any]:
+    return read.files
+
+
+def _directories(read: ProbeOutput) -> dict[str, Any]:
+    return read.directories
+
+
+def _enabled(read: ProbeOutput) -> dict[str, Any]:
+    return {name: seen[0] for name, seen in read.services.items()}
+
+
+def _sysctls(read: ProbeOutput) -> dict[str, Any]:
+    return read.sysctls
+
+
+def _units(read: ProbeOutput) -> dict[str, Any]:
+    return read.units
+
+
+def _ensures(read: ProbeOutput) -> dict[str, Any]:
+    return read.ensures
 
 
 Changed = Callable[[], bool]  # "did it change in this run?", asked when a restart is due
@@ -157,16 +188,10 @@ def _install_files(state: DesiredState, files: list[ManagedFile], snap: ProbeOut
         name=f"{state.role}: files",
         files=tuple(FileSpec(m.path, m.content, m.mode, m.owner, m.group, m.validate, _markers(state, m.path))
                     for m in files),
-        current={m.path: _file_hint(state, m.path, snap) for m in files},
+        current={m.path: _hint(state, snap, _files, m.path, file_item(m.path), file_state) for m in files},
         fence=node_lock.fence_token(host.name),
     )
     return {m.path: path_changed(op, m.path) for m in files}
-
-
-def _file_hint(state: DesiredState, path: str, snap: ProbeOutput | None) -> Any:
-    if snap is None or path not in snap.files:
-        return FETCH
-    return snapshot.known_file(snap.files[path], path, tuple(f.path for f in state.files))
 
 
 def converge(state: DesiredState) -> None:
@@ -187,10 +212,9 @@ def converge(state: DesiredState) -> None:
         apt.packages(name=f"{state.role}: install {' '.join(missing)}", packages=missing, update=True,
                      cache_time=3600, no_recommends=True)
     if state.directories:
-        seen = snap.directories if snap else {}
         directories(name=f"{state.role}: directories", items=state.directories,
-                    current={d.path: snapshot.known(seen[d.path], directory_item(d.path))
-                             for d in state.directories if d.path in seen})
+                    current={d.path: _hint(state, snap, _directories, d.path, directory_item(d.path))
+                             for d in state.directories})
     file_ops.update(_install_files(state, [m for m in state.files if not m.before_packages], snap))
     edit_ops = _apply_edits(state, snap)
     removed = _converge_absent(state, snap)
@@ -200,20 +224,20 @@ def converge(state: DesiredState) -> None:
     if reload_triggers or DAEMON_RELOAD in pending:
         service_action(name=f"{state.role}: systemd daemon-reload", service="", action="daemon-reload",
                        marker=DAEMON_RELOAD, _if=_changed_or_pending(reload_triggers, DAEMON_RELOAD in pending))
-    enabled_states = {name: seen[0] for name, seen in snap.services.items()} if snap else None
     for service in state.services:
         if service.masked is not None:
             unit_masked(name=f"{state.role}: {'mask' if service.masked else 'unmask'} {service.name}",
-                        unit=service.name, masked=service.masked, current=_hint(enabled_states, service.name))
+                        unit=service.name, masked=service.masked,
+                        current=_hint(state, snap, _enabled, service.name, unit_item(service.name)))
     if state.sysctls and not _in_container(snap):
         # In a container /proc/sys is the host's: the file is installed, the values are the host's business.
         for key, value in sorted(state.sysctls.items()):
             sysctl(name=f"{state.role}: sysctl {key}", key=key, value=value,
-                   current=_hint(snap.sysctls if snap else None, key))
+                   current=_hint(state, snap, _sysctls, key))
     _converge_services(state, file_ops, pending, snap)
     for index, item in enumerate(state.ensures):
         ensure(name=f"{state.role}: {item.description}", check=item.check, fix=item.fix,
-               holds=_hint(snap.ensures if snap else None, ensure_key(state, index)))
+               holds=_hint(state, snap, _ensures, ensure_key(state, index)))
 
 
 def _in_container(snap: ProbeOutput | None) -> bool:
@@ -245,7 +269,7 @@ def _apply_edits(state: DesiredState, snap: ProbeOutput | None) -> list[tuple[Fi
         if snap is not None:
             current = snap.edits.get(edit_key(state, index))
             mode_owner: FileState = file_state(snap.files[edit.path]) or {}
-            known = _hint(snap.files, edit.path, file_state)
+            known = _hint(state, snap, _files, edit.path, file_item(edit.path), file_state)
         else:
             current = host.get_fact(FileText, path=edit.path)
             mode_owner = (host.get_fact(ManagedFilesState, paths=(edit.path,)) or {}).get(edit.path) or {}
@@ -298,7 +322,11 @@ def _converge_absent(state: DesiredState, snap: ProbeOutput | None) -> dict[str,
 
 def _converge_services(state: DesiredState, file_ops: dict[str, Changed], pending: set[str],
                        snap: ProbeOutput | None) -> None:
-    """Restart/reload what a changed (or still pending) file calls for, then running/enabled as declared."""
+    """Restart/reload what a changed (or still pending) file calls for, then running/enabled as declared.
+
+    Every restart first, then the states: after the restarts the role's units are read again once
+    (``snapshot.role_read``), not once per service.
+    """
     for service in state.services:
         for action, paths in (("restart", service.restart_on), ("reload", service.reload_on)):
             triggers = [file_ops[p] for p in paths if p in file_ops]
@@ -306,6 +334,7 @@ def _converge_services(state: DesiredState, file_ops: dict[str, Changed], pendin
             if (triggers or marker in pending) and service.running:
                 service_action(name=f"{state.role}: {action} {service.name} (config changed)", service=service.name,
                                action=action, marker=marker, _if=_changed_or_pending(triggers, marker in pending))
+    for service in state.services:
         if service.running is None and service.enabled is None:
             continue
         service_state(
@@ -313,7 +342,7 @@ def _converge_services(state: DesiredState, file_ops: dict[str, Changed], pendin
             service=service.name,
             running=service.running,
             enabled=service.enabled,
-            current=_hint(snap.units if snap else None, service.name),
+            current=_hint(state, snap, _units, service.name, unit_item(service.name)),
         )
 
 

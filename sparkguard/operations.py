@@ -43,14 +43,17 @@ class Known:
     value: Any
     fresh: Callable[[], bool]
     # How to read it again when it is no longer fresh, if the caller knows a cheaper way than the
-    # operation's own fact (one read for all files of a role); ``None``: the operation's own.
+    # operation's own fact (one read for all of a role); ``None`` or FETCH from it: the operation's own.
     reread: Callable[[], Any] | None = None
 
 
 def resolve(current: Any, read: Callable[[], Any]) -> Any:
     """``current`` as an operation may use it: a fresh ``Known`` value, an exact value, or read now."""
     if isinstance(current, Known):
-        return current.value if current.fresh() else (current.reread or read)()
+        if current.fresh():
+            return current.value
+        value = current.reread() if current.reread is not None else _FETCH
+        return read() if value is _FETCH else value
     return read() if current is _FETCH else current
 
 
@@ -67,6 +70,10 @@ def file_item(path: str) -> str:
 
 def directory_item(path: str) -> str:
     return f"directory:{path}"
+
+
+def unit_item(name: str) -> str:
+    return f"unit:{name}"
 
 
 def footprint(host_name: str, op_hash: str | None) -> frozenset[str] | None:
@@ -358,11 +365,8 @@ def service_action(service: str, action: str, marker: str) -> Commands:
         service_action(name="restart earlyoom", service="earlyoom.service", action="restart",
                        marker=pending_marker("earlyoom.service", "restart"), _if=...)
     """
-    if action == "daemon-reload":
-        yield StringCommand("systemctl", "daemon-reload")
-    else:
-        yield StringCommand("systemctl", action, shlex.quote(service))
-    yield StringCommand("rm", "-f", shlex.quote(marker))
+    run = "systemctl daemon-reload" if action == "daemon-reload" else f"systemctl {action} {shlex.quote(service)}"
+    yield _shell([run, f"rm -f {shlex.quote(marker)}"])  # the marker goes only once the action succeeded
 
 
 class MatchingFiles(FactBase[list[str]]):
@@ -474,6 +478,7 @@ def unit_masked(unit: str, masked: bool = True, current: Any = _FETCH) -> Comman
         unit_masked(name="no swap at boot", unit="swap.target", masked=True)
     """
     state = resolve(current, lambda: host.get_fact(UnitFileState, unit=unit))
+    _touches(unit_item(unit))
     if masked and state != "masked":
         yield StringCommand("systemctl", "mask", shlex.quote(unit))
     elif not masked and state == "masked":
@@ -558,27 +563,27 @@ class DirectoryStates(FactBase[dict[str, str]]):
         return found
 
 
-def service_as_desired(seen: dict[str, str] | None, running: bool | None, enabled: bool | None) -> bool:
-    """``seen``: systemctl show's SubState and UnitFileState, judged as pyinfra's facts judge them."""
-    if not seen or "SubState" not in seen or "UnitFileState" not in seen:
-        return False
-    is_running = seen["SubState"] in RUNNING_SUBSTATES
-    is_enabled = seen["UnitFileState"] in ENABLED_UNIT_FILE_STATES
-    return (running is None or running == is_running) and (enabled is None or enabled == is_enabled)
-
-
 @operation()
 def service(service: str, running: bool | None, enabled: bool | None, current: Any = _FETCH) -> Commands:
-    """pyinfra's ``systemd.service`` (running/enabled), skipped when ``current`` says it already is.
+    """pyinfra's ``systemd.service`` (running/enabled): when ``current`` says how the unit is, what pyinfra
+    would run for that state, and nothing when it is as desired; otherwise pyinfra's own, reading the node.
 
     Example::
 
         service(name="earlyoom running", service="earlyoom.service", running=True, enabled=True)
     """
     seen = resolve(current, lambda: None)
-    if seen is not None and service_as_desired(seen, running, enabled):
+    # Starting or enabling a unit changes that unit. (A unit it pulls in may start too: a later unit read
+    # as stopped is then started once more, which changes nothing.)
+    _touches(unit_item(service))
+    if not seen or "SubState" not in seen or "UnitFileState" not in seen:
+        yield from systemd.service._inner(service=service, running=running, enabled=enabled)
         return
-    yield from systemd.service._inner(service=service, running=running, enabled=enabled)
+    is_running = seen["SubState"] in RUNNING_SUBSTATES
+    is_enabled = seen["UnitFileState"] in ENABLED_UNIT_FILE_STATES
+    for wanted, now, act in ((running, is_running, ("start", "stop")), (enabled, is_enabled, ("enable", "disable"))):
+        if wanted is not None and wanted != now:
+            yield StringCommand("systemctl", act[0] if wanted else act[1], shlex.quote(service))
 
 
 @operation()

@@ -6,25 +6,25 @@ changes nothing, the common case (a rerun after every merge). The snapshot runs 
 Operations get their current state from it as a ``Known``: while no operation of this run has
 changed anything on the host, the snapshot is exact and an operation with nothing to do costs no
 round trip. After a change that could have touched anything (a package install creating files, a
-restart), every later operation reads the node itself again, as without a snapshot; a file written
-touches only itself (``operations.footprint``), so what is known of the other files still holds, and
-once stale a role's files are read again together (``known_file``). The node lock
-(sparkguard.node_lock) keeps other applies out meanwhile.
+restart), what is known no longer holds; a file written touches only itself (``operations.footprint``),
+so what is known of the other files still does. What no longer holds is read again a role at a time
+(``role_read``: the probe's lines for that role, one round trip), not one read per operation. The node
+lock (sparkguard.node_lock) keeps other applies out meanwhile.
 """
 
 from __future__ import annotations
 
 import posixpath
+from collections.abc import Callable
 from typing import Any
 
 from pyinfra import host, state
 
 from .auditing import ProbeOutput
 from .desired import variant_states
-from .filestate import FileState, ManagedFilesState, Seen, file_state
 from .hostconfig import HostConfig
-from .operations import STAGE_DIR, UPLOAD_DIR, Known, file_item, footprint, forget_footprints
-from .probe import NodeProbe, parse_output, script, state_lines
+from .operations import FETCH, STAGE_DIR, UPLOAD_DIR, Known, footprint, forget_footprints
+from .probe import HELPERS, MANAGER, NodeProbe, parse_output, q, script, state_lines
 from .state import DesiredState
 
 # (host, probe script) -> what it read; one script per host for the site deploy. A team's deploy that
@@ -33,15 +33,15 @@ _taken: dict[tuple[str, str], ProbeOutput] = {}
 _latest: dict[str, ProbeOutput] = {}
 
 
-# (host, a role's file paths) -> (the operation that read them, their states): the re-read once stale.
-_files_read: dict[tuple[str, tuple[str, ...]], tuple[str | None, dict[str, FileState | None]]] = {}
+# (host, role) -> (the operation during which the role's state was read again, what it read): see role_read.
+_role_reads: dict[tuple[str, str], tuple[str | None, ProbeOutput]] = {}
 
 
 def clear() -> None:
     """Forget every snapshot (a new run reads the nodes again)."""
     _taken.clear()
     _latest.clear()
-    _files_read.clear()
+    _role_reads.clear()
     forget_footprints()
 
 
@@ -80,23 +80,34 @@ def fresh(item: str | None = None, since: str | None = None) -> bool:
     return True
 
 
-def known(value: Any, item: str | None = None) -> Known:
-    return Known(value, lambda: fresh(item))
+def known(value: Any, item: str | None = None, role: DesiredState | None = None,
+          pick: Callable[[ProbeOutput], Any] | None = None) -> Known:
+    """``value`` as the snapshot read it, trusted while ``item`` is fresh; once stale and given the ``role``
+    it belongs to and how to ``pick`` it from a probe's output, read again with the whole role
+    (``role_read``: one round trip that serves the role's other questions too)."""
+    reread = (lambda: pick(role_read(role, item))) if role is not None and pick is not None else None
+    return Known(value, lambda: fresh(item), reread)
 
 
-def known_file(seen: Seen, path: str, role_paths: tuple[str, ...]) -> Known:
-    """A file's state from the snapshot; once stale, all of the role's files are read again in ONE round
-    trip (by the first of them to need it), and that read serves the others while it holds."""
-    return Known(file_state(seen), lambda: fresh(file_item(path)), lambda: _reread_file(path, role_paths))
+def role_read(role: DesiredState, item: str | None = None) -> ProbeOutput:
+    """Once the snapshot is stale (a package was installed, a service restarted): ``role``'s whole state read
+    again in ONE round trip, the probe's lines for this role only, by the first question that needs it.
+    The read answers every later question about the role while nothing that could change the item asked
+    about ran since (``fresh(item, since=...)``): a role's files are written after one read, its services
+    are started after a second one (restarts come first), not one read per file and service."""
+    key = (host.name, role.role)
+    found = _role_reads.get(key)
+    if found is None or not fresh(item, since=found[0]):
+        text = "\n".join([f"MANAGER={q(MANAGER)}", HELPERS, *state_lines([role], for_apply=True), "true"]) + "\n"
+        found = (host.current_op_hash, parse_output(host.get_fact(NodeProbe, script=text) or ""))
+        _role_reads[key] = found
+    return found[1]
 
 
-def _reread_file(path: str, role_paths: tuple[str, ...]) -> FileState | None:
-    key = (host.name, role_paths)
-    found = _files_read.get(key)
-    if found is None or path not in found[1] or not fresh(file_item(path), since=found[0]):
-        found = (host.current_op_hash, host.get_fact(ManagedFilesState, paths=role_paths) or {})
-        _files_read[key] = found
-    return found[1].get(path)  # not answered (a name the batch cannot read): written again, never skipped
+def picked(table: Callable[[ProbeOutput], dict[str, Any]], key: str,
+           convert: Callable[[Any], Any] = lambda v: v) -> Callable[[ProbeOutput], Any]:
+    """How to pick ``key`` from a probe's ``table``: its value, or FETCH when the probe could not tell."""
+    return lambda read: convert(table(read)[key]) if key in table(read) else FETCH
 
 
 def covering(desired: DesiredState) -> ProbeOutput | None:

@@ -65,10 +65,10 @@ def test_leftovers_removed(found, expected):
 
 @pytest.mark.parametrize("service,action,expected", [
     ("earlyoom.service", "restart",
-     ["systemctl restart earlyoom.service", "rm -f /var/lib/sparkguard/pending/earlyoom.service.restart"]),
+     ["sh -c 'systemctl restart earlyoom.service && rm -f /var/lib/sparkguard/pending/earlyoom.service.restart'"]),
     ("prometheus.service", "reload",
-     ["systemctl reload prometheus.service", "rm -f /var/lib/sparkguard/pending/prometheus.service.reload"]),
-    ("", "daemon-reload", ["systemctl daemon-reload", "rm -f /var/lib/sparkguard/pending/systemd.daemon-reload"]),
+     ["sh -c 'systemctl reload prometheus.service && rm -f /var/lib/sparkguard/pending/prometheus.service.reload'"]),
+    ("", "daemon-reload", ["sh -c 'systemctl daemon-reload && rm -f /var/lib/sparkguard/pending/systemd.daemon-reload'"]),
 ])
 def test_service_action_runs_then_clears_its_marker(service, action, expected):
     marker = DAEMON_RELOAD if action == "daemon-reload" else pending_marker(service, action)

@@ -6,6 +6,7 @@ Table-driven like pyinfra's operation tests: the known state in, commands out, t
 
 from __future__ import annotations
 
+from functools import partial
 from types import SimpleNamespace
 
 import pytest
@@ -16,6 +17,7 @@ from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 from sparkguard import operations, snapshot
 from sparkguard.auditing import ProbeOutput
 from sparkguard.facts import parse_probe
+from sparkguard.filestate import file_state
 from sparkguard.operations import (
     CommandSucceeds,
     DirectoryStates,
@@ -27,7 +29,7 @@ from sparkguard.operations import (
     sysctl,
     unit_masked,
 )
-from sparkguard.probe import HELPERS, parse_output, q
+from sparkguard.probe import HELPERS, NodeProbe, parse_output, q
 from sparkguard.state import Directory as StateDirectory
 from tests.unit.operations_harness import commands, node
 
@@ -57,10 +59,11 @@ def test_directory(known, live_facts, expected):
     (Known({"SubState": "running", "UnitFileState": "enabled"}, FRESH), {}, []),
     # exited (a oneshot that ran) and static count as running and enabled, as in pyinfra's facts.
     (Known({"SubState": "exited", "UnitFileState": "static"}, FRESH), {}, []),
-    (Known({"SubState": "dead", "UnitFileState": "enabled"}, FRESH),
-     {SystemdStatus: {SERVICE: False}, SystemdEnabled: {SERVICE: True}}, [f"systemctl start {SERVICE}"]),
-    (Known({"SubState": "running", "UnitFileState": "disabled"}, FRESH),
-     {SystemdStatus: {SERVICE: True}, SystemdEnabled: {SERVICE: False}}, [f"systemctl enable {SERVICE}"]),
+    # Known and different: what pyinfra would run for that state, without reading the node again.
+    (Known({"SubState": "dead", "UnitFileState": "enabled"}, FRESH), {}, [f"systemctl start {SERVICE}"]),
+    (Known({"SubState": "running", "UnitFileState": "disabled"}, FRESH), {}, [f"systemctl enable {SERVICE}"]),
+    (Known({"SubState": "dead", "UnitFileState": ""}, FRESH), {},  # a unit systemd does not know yet
+     [f"systemctl start {SERVICE}", f"systemctl enable {SERVICE}"]),
     # Stale: pyinfra's facts decide (here the unit stopped meanwhile).
     (Known({"SubState": "running", "UnitFileState": "enabled"}, STALE),
      {SystemdStatus: {SERVICE: False}, SystemdEnabled: {SERVICE: True}}, [f"systemctl start {SERVICE}"]),
@@ -117,9 +120,9 @@ def test_probe_output_becomes_what_the_operations_take():
         "/etc/other/.sparkguard-stage .sparkguard-upload/3f2a",
     ])
     snap = parse_output(text)
-    assert snapshot.file_state(snap.files["/etc/default/earlyoom"]) == {
+    assert file_state(snap.files["/etc/default/earlyoom"]) == {
         "mode": "644", "owner": "root", "group": "root", "sha256": "ab12"}
-    assert snapshot.file_state(snap.files["/etc/fstab"]) is None
+    assert file_state(snap.files["/etc/fstab"]) is None
     assert snap.directories == {"/var/lib/sparkguard/runs": "755:root:root"}
     assert snap.units == {"earlyoom.service": {"SubState": "running", "UnitFileState": "enabled"}}
     # Only this role's staging directories; uploads and pending markers are every role's business.
@@ -181,19 +184,23 @@ def test_what_a_change_touched_decides_what_still_holds(ops, current, item, sinc
     assert _run(ops, current, item, since, touched) is fresh
 
 
-def test_once_stale_a_roles_files_are_read_again_in_one_round_trip():
-    """Fresh apply: the packages changed the node, so the first file reads all of the role's files once;
-    the next file (only the first was written meanwhile) uses that read, and a change that could touch
-    anything makes the next one read again."""
-    paths = ("/etc/a", "/etc/b")
-    reads: list[tuple[str, ...]] = []
-    answers = {"/etc/a": None, "/etc/b": {"mode": "644", "owner": "root", "group": "root", "sha256": "ab"}}
+def test_once_stale_a_role_is_read_again_in_one_round_trip():
+    """Fresh apply: the packages changed the node, so the first question about a role reads the whole role
+    again (its probe lines only, one command); the next file (only the first was written meanwhile) and the
+    role's units use that read, and a change that could touch anything makes the next question read again."""
+    from sparkguard.state import DesiredState, ManagedFile, Service
+
+    role = DesiredState(role="r", files=(ManagedFile("/etc/a", "a\n"), ManagedFile("/etc/b", "b\n")),
+                        services=(Service("r.service", running=True, enabled=True),))
+    scripts: list[str] = []
+    answer = "\n".join(["@@F\t/etc/a\tabsent\t-", "@@FP\t/etc/b", "@@FM\t644:root:root", "@@FH\tab",
+                        "@@UN\tr.service", "@@UV\tSubState=dead UnitFileState=disabled"])
 
     class Host(FakeHost):
-        def get_fact(self, fact, paths=(), **_):
-            assert fact is operations.ManagedFilesState
-            reads.append(paths)
-            return dict(answers)
+        def get_fact(self, fact, script="", **_):
+            assert fact is NodeProbe
+            scripts.append(script)
+            return answer
 
     metas = {}
     order = ["apt", "w_a", "w_b", "fix", "w_c"]
@@ -203,18 +210,24 @@ def test_once_stale_a_roles_files_are_read_again_in_one_round_trip():
         metas[name] = SimpleNamespace(operation_meta=meta)
     fake_host = Host("w_a", order)
     snapshot.clear()
-    operations.forget_footprints()
+    files = partial(snapshot.picked, lambda read: read.files, convert=file_state)
     with ctx_host.use(fake_host), ctx_state.use(SimpleNamespace(ops={fake_host: metas})):
-        first = snapshot.known_file(("absent", "-"), "/etc/a", paths)
+        first = snapshot.known(None, operations.file_item("/etc/a"), role, files(key="/etc/a"))
         assert operations.resolve(first, lambda: pytest.fail("the role's read, not the file's own")) is None
         operations._touches(operations.file_item("/etc/a"))     # w_a writes /etc/a
         fake_host.current_op_hash = "w_b"
-        second = snapshot.known_file(("absent", "-"), "/etc/b", paths)
-        assert operations.resolve(second, lambda: pytest.fail("not read again")) == answers["/etc/b"]
-        assert reads == [paths]
+        second = snapshot.known(None, operations.file_item("/etc/b"), role, files(key="/etc/b"))
+        assert operations.resolve(second, lambda: pytest.fail("not read again")) == {
+            "mode": "644", "owner": "root", "group": "root", "sha256": "ab"}
+        assert len(scripts) == 1 and "fs /etc/a /etc/b" in scripts[0] and "su r.service" in scripts[0]
+        assert "memtotal_kb" not in scripts[0]  # the role's lines, not the node's facts again
         fake_host.current_op_hash = "w_c"                        # 'fix' changed something unknown
-        assert operations.resolve(snapshot.known_file(("absent", "-"), "/etc/b", paths), lambda: None) == answers["/etc/b"]
-        assert reads == [paths, paths]
+        unit = snapshot.known(None, None, role, snapshot.picked(lambda read: read.units, "r.service"))
+        assert operations.resolve(unit, lambda: None) == {"SubState": "dead", "UnitFileState": "disabled"}
+        assert len(scripts) == 2
+        # Something the role's read could not tell: the operation reads it itself.
+        gone = snapshot.known(None, None, role, snapshot.picked(lambda read: read.sysctls, "vm.swappiness"))
+        assert operations.resolve(gone, lambda: "own read") == "own read"
 
 
 def test_a_probe_that_read_nothing_is_no_snapshot_of_a_role():
