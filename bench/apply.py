@@ -17,12 +17,12 @@ from pathlib import Path
 from nodes import booted_nodes
 from roundtrips import ROUND_TRIPS
 
-import roles
+from sparkguard.builtin_roles import register
 from sparkguard.converge import site_deploy
 from sparkguard.inventory import load_inventory
 from sparkguard.runner import run_deploy
 
-roles.register()
+register()
 
 
 def timed_apply(inventory_dir: Path) -> tuple[float, dict]:

@@ -18,13 +18,13 @@ from pathlib import Path
 from nodes import booted_nodes
 from roundtrips import ROUND_TRIPS
 
-import roles
 from sparkguard.audit import run_audit
+from sparkguard.builtin_roles import register
 from sparkguard.converge import site_deploy
 from sparkguard.inventory import load_inventory
 from sparkguard.runner import run_deploy
 
-roles.register()
+register()
 
 
 def timed_audit(inventory_dir: Path) -> tuple[float, int, int, bool]:
