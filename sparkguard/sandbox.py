@@ -204,6 +204,27 @@ def _wait_for_ssh(node: Node, deadline: float) -> None:
     raise SandboxError(f"sandbox: node {node.name} did not answer SSH on {node.address}:22 within {BOOT_TIMEOUT} s")
 
 
+def _wait_for_boot(box: Sandbox, node: Node, deadline: float) -> None:
+    """Return once the node finished booting, as a reimaged machine is before an operator applies to it.
+
+    sshd answers before boot is over; until systemd-user-sessions has run, /run/nologin stands and every
+    login but root's is refused, so a node handed out earlier turns away the ops account.
+    """
+    ssh = ["ssh", "-i", str(box.key), "-o", f"UserKnownHostsFile={box.known_hosts}", "-o", "StrictHostKeyChecking=yes",
+           "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", f"root@{node.address}"]
+    left = max(1, int(deadline - time.time()))
+    done = subprocess.run([*ssh, f"timeout {left} systemctl is-system-running --wait; test ! -e /run/nologin"],
+                          capture_output=True, text=True, timeout=left + 15)
+    if done.returncode != 0 and done.stdout.strip() not in ("running", "degraded"):
+        jobs = subprocess.run([*ssh, "systemctl list-jobs --no-pager | head -20"], capture_output=True, text=True,
+                              timeout=30).stdout
+        raise SandboxError(f"sandbox: node {node.name} did not finish booting within {BOOT_TIMEOUT} s "
+                           f"(systemctl is-system-running: {done.stdout.strip() or done.stderr.strip()}); "
+                           f"jobs still queued:\n{jobs}")
+    if done.returncode != 0:
+        raise SandboxError(f"sandbox: node {node.name} finished booting but /run/nologin still refuses non-root logins")
+
+
 def _host_memtotal_gib() -> float:
     for line in Path("/proc/meminfo").read_text().splitlines():
         if line.startswith("MemTotal:"):
@@ -284,6 +305,8 @@ def up(nodes: int = 1, release: str = "bookworm", state_dir: Path = DEFAULT_STAT
         deadline = time.time() + BOOT_TIMEOUT
         for node in box.nodes:
             _wait_for_ssh(node, deadline)
+        for node in box.nodes:
+            _wait_for_boot(box, node, deadline)
     except BaseException:
         down(state_dir, log=lambda *_: None)
         raise

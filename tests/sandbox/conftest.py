@@ -55,14 +55,26 @@ class SandboxHandle:
         client = paramiko.SSHClient()
         client.load_host_keys(str(self.known_hosts))
         client.set_missing_host_key_policy(paramiko.RejectPolicy())
-        client.connect(self.node(name).address, username=user, key_filename=str(self.key),
-                       look_for_keys=False, allow_agent=False, timeout=10)
+        try:
+            client.connect(self.node(name).address, username=user, key_filename=str(self.key),
+                           look_for_keys=False, allow_agent=False, timeout=10)
+        except paramiko.AuthenticationException as refused:
+            if user == "root":
+                raise
+            raise AssertionError(f"SSH as {user} to {name} refused ({refused}); the node as root sees:\n"
+                                 + self.login_diagnostics(name)) from refused
         try:
             _, stdout, stderr = client.exec_command(command, timeout=timeout)
             rc = stdout.channel.recv_exit_status()
             return rc, stdout.read().decode(), stderr.read().decode()
         finally:
             client.close()
+
+    def login_diagnostics(self, name: str) -> str:
+        """What refuses a non-root login (pam_nologin's files, boot jobs, sshd's own words), read as root."""
+        return self.ssh(name, "ls -l /run/nologin /etc/nologin 2>&1; systemctl is-system-running; "
+                              "systemctl status --no-pager systemd-user-sessions 2>&1 | head -12; "
+                              "systemctl list-jobs --no-pager | head -20; journalctl --no-pager -n 40 _COMM=sshd")[1]
 
     def inventory_with(self, directory: Path, extra_all_vars: str = "", extra_hosts: str = "") -> Path:
         """A copy of the sandbox inventory with extra ``all: vars:`` and hosts merged in.

@@ -323,6 +323,8 @@ def test_memory_declaration_checked_against_node(sandbox_nodes, tmp_path):
 
 def test_sudo_user_applies_the_same_state(sandbox_nodes, tmp_path):
     apply(sandbox_nodes.inventory_dir)
+    for name in NODES:  # the ops account can log in at all (if not, the error shows why, read as root)
+        assert sandbox_nodes.ssh(name, "id -un", user="ops")[1].strip() == "ops"
     text = (sandbox_nodes.inventory_dir / "hosts.yml").read_text().replace("ssh_user: root", "ssh_user: ops\n    sudo: true")
     (tmp_path / "inv").mkdir()
     (tmp_path / "inv" / "hosts.yml").write_text(text)
