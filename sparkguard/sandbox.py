@@ -213,14 +213,20 @@ def _wait_for_boot(box: Sandbox, node: Node, deadline: float) -> None:
     ssh = ["ssh", "-i", str(box.key), "-o", f"UserKnownHostsFile={box.known_hosts}", "-o", "StrictHostKeyChecking=yes",
            "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", f"root@{node.address}"]
     left = max(1, int(deadline - time.time()))
-    done = subprocess.run([*ssh, f"timeout {left} systemctl is-system-running --wait; test ! -e /run/nologin"],
-                          capture_output=True, text=True, timeout=left + 15)
+    try:
+        done = subprocess.run([*ssh, f"timeout {left} systemctl is-system-running --wait; test ! -e /run/nologin"],
+                              capture_output=True, text=True, timeout=left + 15)
+    except subprocess.TimeoutExpired as hung:
+        raise SandboxError(f"sandbox: node {node.name} did not answer over SSH while booting") from hung
     if done.returncode == 0:
         return
-    seen = subprocess.run([*ssh, "systemctl list-jobs --no-pager | head -20; systemctl --failed --no-pager; "
-                                 "ls -l --time-style=full-iso /run/nologin; "
-                                 "journalctl -b --no-pager -o short-monotonic -u systemd-user-sessions | tail -8"],
-                          capture_output=True, text=True, timeout=30).stdout
+    try:
+        seen = subprocess.run([*ssh, "systemctl list-jobs --no-pager | head -20; systemctl --failed --no-pager; "
+                                     "ls -l --time-style=full-iso /run/nologin; "
+                                     "journalctl -b --no-pager -o short-monotonic -u systemd-user-sessions | tail -8"],
+                              capture_output=True, text=True, timeout=30).stdout
+    except subprocess.TimeoutExpired:
+        seen = "(no answer within 30 s)"
     state = done.stdout.strip() or done.stderr.strip()
     if state not in ("running", "degraded"):
         raise SandboxError(f"sandbox: node {node.name} did not finish booting within {BOOT_TIMEOUT} s "
