@@ -204,6 +204,14 @@ def _wait_for_ssh(node: Node, deadline: float) -> None:
     raise SandboxError(f"sandbox: node {node.name} did not answer SSH on {node.address}:22 within {BOOT_TIMEOUT} s")
 
 
+# What refuses a non-root login, read as root: pam_nologin's files, the boot jobs still queued, failed units,
+# systemd-user-sessions (which removes /run/nologin) and sshd's own words.
+LOGIN_DIAGNOSTICS = ("ls -l --time-style=full-iso /run/nologin /etc/nologin 2>&1; systemctl is-system-running; "
+                     "systemctl list-jobs --no-pager | head -20; systemctl --failed --no-pager; "
+                     "journalctl -b --no-pager -o short-monotonic -u systemd-user-sessions | tail -8; "
+                     "journalctl -b --no-pager -n 30 _COMM=sshd")
+
+
 def _wait_for_boot(box: Sandbox, node: Node, deadline: float) -> None:
     """Return once the node finished booting, as a reimaged machine is before an operator applies to it.
 
@@ -221,10 +229,7 @@ def _wait_for_boot(box: Sandbox, node: Node, deadline: float) -> None:
     if done.returncode == 0:
         return
     try:
-        seen = subprocess.run([*ssh, "systemctl list-jobs --no-pager | head -20; systemctl --failed --no-pager; "
-                                     "ls -l --time-style=full-iso /run/nologin; "
-                                     "journalctl -b --no-pager -o short-monotonic -u systemd-user-sessions | tail -8"],
-                              capture_output=True, text=True, timeout=30).stdout
+        seen = subprocess.run([*ssh, LOGIN_DIAGNOSTICS], capture_output=True, text=True, timeout=30).stdout
     except subprocess.TimeoutExpired:
         seen = "(no answer within 30 s)"
     state = done.stdout.strip() or done.stderr.strip()

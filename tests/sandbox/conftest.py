@@ -71,10 +71,7 @@ class SandboxHandle:
             client.close()
 
     def login_diagnostics(self, name: str) -> str:
-        """What refuses a non-root login (pam_nologin's files, boot jobs, sshd's own words), read as root."""
-        return self.ssh(name, "ls -l /run/nologin /etc/nologin 2>&1; systemctl is-system-running; "
-                              "systemctl status --no-pager systemd-user-sessions 2>&1 | head -12; "
-                              "systemctl list-jobs --no-pager | head -20; journalctl --no-pager -n 40 _COMM=sshd")[1]
+        return self.ssh(name, sandbox.LOGIN_DIAGNOSTICS)[1]
 
     def inventory_with(self, directory: Path, extra_all_vars: str = "", extra_hosts: str = "") -> Path:
         """A copy of the sandbox inventory with extra ``all: vars:`` and hosts merged in.

@@ -346,6 +346,26 @@ def test_sudo_user_applies_the_same_state(sandbox_nodes, tmp_path):
         assert apply(sandbox_nodes.inventory_dir).ok
 
 
+def test_a_node_whose_logins_are_still_refused_is_not_handed_out(sandbox_nodes):
+    """sandbox up's boot check: /run/nologin (what refused ops in one CI run) is caught, shown, and then gone."""
+    import time
+
+    import pytest
+
+    from sparkguard import sandbox
+
+    box = sandbox.Sandbox.load(sandbox_nodes.state_dir)
+    node = next(n for n in box.nodes if n.name == "node-2")
+    assert sandbox_nodes.ssh("node-2", "echo maintenance > /run/nologin")[0] == 0
+    try:
+        with pytest.raises(sandbox.SandboxError, match="/run/nologin still refuses non-root logins") as refused:
+            sandbox._wait_for_boot(box, node, time.time() + 30)
+        assert "/run/nologin" in str(refused.value).split("the node says:")[1]
+    finally:
+        sandbox_nodes.ssh("node-2", "rm -f /run/nologin")
+    sandbox._wait_for_boot(box, node, time.time() + 30)
+
+
 def test_sandbox_status_and_idempotent_up(sandbox_nodes):
     result = run_cli("sandbox", "status", "--json", "--state-dir", str(sandbox_nodes.state_dir))
     assert result.returncode == 0, result.stderr
