@@ -121,6 +121,17 @@ class AlertThresholds:
     earlyoom_kill_window: str = "10m"
     """EarlyoomKilledProcess stays firing this long after a kill (increase() window)."""
 
+    # --- KernelOomKilledProcess: the kernel's own OOM killer, whatever the memory gauges say ---
+    kernel_oom_kill_window: str = "10m"
+    """KernelOomKilledProcess fires while ``node_vmstat_oom_kill`` rose within this window (increase() range)."""
+    kernel_oom_for: str = "1m"
+    """How long before it pages: long enough for the node-metrics textfile (every 15 s) to carry the victim's
+    name into the first notification's annotation; shorter than ``kernel_oom_kill_window``."""
+    kernel_oom_last_kill_metric: str = "sparkguard_kernel_oom_last_kill_timestamp_seconds"
+    """Textfile gauge (node-metrics, from the kernel log): when the kernel last OOM-killed a process of that
+    name, one series per ``victim`` (comm) and ``scope`` (node / cgroup). The annotation lists the victims
+    killed within ``kernel_oom_kill_window``."""
+
     # --- SwapOnDuringTraining ---
     training_mode_metric: str = "sparkguard_training_mode"
     """Textfile gauge, 1 while the node is in training mode (swap must be off), 0 otherwise."""
@@ -176,6 +187,12 @@ class AlertThresholds:
                     problems.append(f"{field.name}: {error}")
             elif field.name.endswith("_metric") and not _METRIC_NAME.match(str(value)):
                 problems.append(f"{field.name}: not a metric name: {value!r}")
+        try:
+            if duration_seconds(self.kernel_oom_for) >= duration_seconds(self.kernel_oom_kill_window):
+                problems.append(f"kernel_oom_for ({self.kernel_oom_for}) must be shorter than kernel_oom_kill_window "
+                                f"({self.kernel_oom_kill_window}), or KernelOomKilledProcess never fires")
+        except (TypeError, ValueError):
+            pass  # reported above
         if not _LABEL_NAME.match(self.earlyoom_victim_label):
             problems.append(f"earlyoom_victim_label: not a label name: {self.earlyoom_victim_label!r}")
         for name in ("node_job", "guard_units", "group_name"):
@@ -393,6 +410,46 @@ def _earlyoom_killed_process(t: AlertThresholds, n: _Names) -> Rule:
     }
 
 
+def kernel_oom_victims_template(t: AlertThresholds) -> str:
+    """The annotation text that names the kernel OOM killer's recent victims (a Go template).
+
+    The alert itself needs nothing but ``node_vmstat_oom_kill``; the names come from node-metrics'
+    textfile gauge, looked up when the annotation is expanded: every victim of this instance whose last
+    kill is within ``kernel_oom_kill_window``, sorted by name, "(memory cgroup limit)" after a kill by a
+    cgroup's limit. Without such a series (kernel log unreadable, textfile not refreshed yet): "a process".
+    """
+    window = duration_seconds(t.kernel_oom_kill_window)
+    query = f'{t.kernel_oom_last_kill_metric}{{job="{t.node_job}",instance=%q}} > time() - {window}'
+    return (
+        f"{{{{ with printf `{query}` $labels.instance | query }}}}"
+        f"{{{{ range $i, $s := sortByLabel \"victim\" . }}}}{{{{ if $i }}}}, {{{{ end }}}}{{{{ $s.Labels.victim }}}}"
+        f"{{{{ if eq $s.Labels.scope \"cgroup\" }}}} (memory cgroup limit){{{{ end }}}}{{{{ end }}}}"
+        f"{{{{ else }}}}a process{{{{ end }}}}"
+    )
+
+
+def _kernel_oom_killed_process(t: AlertThresholds, n: _Names) -> Rule:
+    victims = kernel_oom_victims_template(t)
+    return {
+        "alert": "KernelOomKilledProcess",
+        "expr": f"increase(node_vmstat_oom_kill{{{n.job}}}[{t.kernel_oom_kill_window}]) > 0",
+        "for": t.kernel_oom_for,
+        "severity": "critical",
+        "summary": f"{{{{ $labels.instance }}}}: the kernel OOM killer killed {victims}",
+        "description": (
+            f"The kernel's own OOM killer killed {victims} on {{{{ $labels.instance }}}} in the last "
+            f"{t.kernel_oom_kill_window} (node_vmstat_oom_kill rose). This alert looks at no memory gauge on "
+            f"purpose: on a DGX Spark (GB10) the NVIDIA driver's allocation path can end in the kernel OOM killer "
+            f"while MemAvailable still shows ~22 GiB (vLLM issue 56824), above every earlyoom line, so no memory "
+            f"alert fires and earlyoom does nothing. Whatever was killed is gone (a training run, vLLM's engine). "
+            f"`journalctl -k -b -g 'invoked oom-killer|Killed process'` shows who asked for the memory, the "
+            f"victim and the memory state at that moment. Restart the job smaller (vLLM --gpu-memory-utilization, "
+            f"batch, sequence length) before it meets the same wall. \"(memory cgroup limit)\": a container's or "
+            f"unit's memory limit ran out, not the node."
+        ),
+    }
+
+
 def _swap_on_during_training(t: AlertThresholds, n: _Names) -> Rule:
     return {
         "alert": "SwapOnDuringTraining",
@@ -474,6 +531,7 @@ RULES = (
     _node_memory_pressure_stall,
     _earlyoom_down,
     _earlyoom_killed_process,
+    _kernel_oom_killed_process,
     _swap_on_during_training,
     _memory_outside_cgroups,
     _node_exporter_down,

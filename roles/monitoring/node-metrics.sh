@@ -7,6 +7,8 @@
 #   sparkguard_unified_memory                1 on unified-memory nodes (declared device_profile)
 #   sparkguard_memory_outside_cgroups_bytes  (MemTotal - MemAvailable) - memory cgroups account for
 #   sparkguard_gpu_process_memory_bytes      per process, from nvidia-smi where it exists
+#   sparkguard_kernel_oom_kills_total        kernel OOM kills this boot, per victim (comm) and scope, from the
+#   sparkguard_kernel_oom_last_kill_timestamp_seconds   kernel log in the journal; sparkguard_kernel_log_up
 # SG_PROC, SG_CGROUP and SG_OUT override /proc, /sys/fs/cgroup and the output file (tests).
 set -u
 PATH=${PATH:+$PATH:}/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
@@ -42,6 +44,39 @@ umask 022
 
 kib() { awk -v k="$1:" '$1 == k { print $2; found = 1 } END { if (!found) print -1 }' "$proc/meminfo"; }
 stat_file() { awk -v k="$2" '$1 == k { print $2; found = 1 } END { if (!found) print 0 }' "$1"; }
+
+# awk: esc(s) is s as a label value of the text format. Process names are chosen by whoever starts the
+# process: \ " and newline are escaped, and every byte that is not part of valid UTF-8, or is a control
+# character, becomes U+FFFD (node_exporter refuses a textfile with invalid UTF-8, and with it every
+# metric in it). Run it under LC_ALL=C, so that awk sees bytes.
+label_value='
+  function esc(s,    out, i, len, c, b, need, lo, hi, j, b2, ok) {
+    if (!esc_ready) { for (i = 1; i < 256; i++) ord[sprintf("%c", i)] = i; esc_ready = 1 }
+    out = ""; len = length(s); i = 1
+    while (i <= len) {
+      c = substr(s, i, 1); b = ord[c]
+      if (c == "\\") { out = out "\\\\"; i++; continue }
+      if (c == "\"") { out = out "\\\""; i++; continue }
+      if (c == "\n") { out = out "\\n"; i++; continue }
+      if (b < 32 || b == 127) { out = out "\357\277\275"; i++; continue }
+      if (b < 128) { out = out c; i++; continue }
+      need = 0; lo = 128; hi = 191
+      if (b >= 194 && b <= 223) need = 1
+      else if (b == 224) { need = 2; lo = 160 }
+      else if ((b >= 225 && b <= 236) || b == 238 || b == 239) need = 2
+      else if (b == 237) { need = 2; hi = 159 }
+      else if (b == 240) { need = 3; lo = 144 }
+      else if (b >= 241 && b <= 243) need = 3
+      else if (b == 244) { need = 3; hi = 143 }
+      ok = need > 0 && i + need <= len
+      for (j = 1; ok && j <= need; j++) {
+        b2 = ord[substr(s, i + j, 1)]
+        if (b2 < (j == 1 ? lo : 128) || b2 > (j == 1 ? hi : 191)) ok = 0
+      }
+      if (ok) { out = out substr(s, i, need + 1); i += need + 1 } else { out = out "\357\277\275"; i++ }
+    }
+    return out
+  }'
 
 total_kib=$(kib MemTotal)
 avail_kib=$(kib MemAvailable)
@@ -87,16 +122,75 @@ gpu_lines=""
 if command -v nvidia-smi >/dev/null 2>&1; then
   if apps=$(timeout 20 nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader,nounits 2>/dev/null); then
     gpu_up=1
-    gpu_lines=$(printf '%s\n' "$apps" | awk -F', *' '
+    gpu_lines=$(printf '%s\n' "$apps" | LC_ALL=C awk -F', *' "$label_value"'
       NF >= 3 {
         pid = $1; mem = $NF; name = $2
         for (i = 3; i < NF; i++) name = name ", " $i
         gsub(/^ +| +$/, "", pid); gsub(/^ +| +$/, "", mem)
         if (pid !~ /^[0-9]+$/ || mem !~ /^[0-9]+$/) next
-        gsub(/\\/, "\\\\", name); gsub(/"/, "\\\"", name)
-        printf "sparkguard_gpu_process_memory_bytes{pid=\"%s\",process=\"%s\"} %.0f\n", pid, name, mem * 1048576
+        printf "sparkguard_gpu_process_memory_bytes{pid=\"%s\",process=\"%s\"} %.0f\n", pid, esc(name), mem * 1048576
       }')
   fi
+fi
+
+# Kernel OOM kills of this boot, from the kernel's own lines (mm/oom_kill.c, printed at KERN_ERR):
+#   Out of memory: Killed process PID (COMM) total-vm:...
+#   Out of memory (oom_kill_allocating_task): Killed process PID (COMM) total-vm:...
+#   Memory cgroup out of memory: Killed process PID (COMM) total-vm:...
+# Read from the journal (the unit's ProtectKernelLogs= hides /dev/kmsg, and the ring buffer forgets), only
+# this boot's kernel entries at priority err or above (journal indexes, not the whole log), at most 10 s.
+# The probe tells "no kill" from "no kernel log to read" (no journal, Storage=none, a container).
+# COMM is chosen by whoever starts the process (prctl PR_SET_NAME, up to 15 bytes): esc() makes it a
+# label value, and it ends at the LAST ") total-vm:", so that a name such as "x) total-vm:9" stays
+# whole. short-unix -a prints a non-UTF-8 message as it is (without -a: "[N blob data]"); a newline in
+# COMM continues the entry on a line indented by the prefix's width. At most 32 victim series; further
+# names count as "(other processes)", which no COMM can be (17 bytes). A failed or timed-out read
+# exports sparkguard_kernel_log_up 0 and no series (never a count that went down).
+kernel_oom="sparkguard_kernel_log_up 0"
+if command -v journalctl >/dev/null 2>&1 \
+   && [ -n "$(timeout 5 journalctl -k -b 0 -n 1 -q -o short-unix --no-pager 2>/dev/null)" ]; then
+  kernel_oom=$({ SYSTEMD_COLORS=0 timeout 10 journalctl -k -b 0 -p err -q -a -o short-unix --no-pager 2>/dev/null
+                 echo "#rc $?"; } | LC_ALL=C awk -v max=32 "$label_value"'
+    BEGIN {
+      rc = ""; n = 0; msg = ""; inmsg = 0
+    }
+    function flush(    scope, rest, pos, k, comm, key) {
+      if (msg !~ /^(Out of memory|Memory cgroup out of memory)( \([^)]*\))?: Killed process [0-9]+ \(/) { msg = ""; return }
+      scope = (msg ~ /^Memory cgroup/) ? "cgroup" : "node"
+      match(msg, /: Killed process [0-9]+ \(/)
+      rest = substr(msg, RSTART + RLENGTH)
+      pos = 0
+      while ((k = index(substr(rest, pos + 1), ") total-vm:")) > 0) pos += k
+      if (pos == 0) while ((k = index(substr(rest, pos + 1), ")")) > 0) pos += k
+      comm = pos ? substr(rest, 1, pos - 1) : rest
+      msg = ""
+      key = "victim=\"" esc(comm) "\",scope=\"" scope "\""
+      if (!(key in count) && n >= max) key = "victim=\"(other processes)\",scope=\"" scope "\""
+      if (!(key in count)) { order[++n] = key; count[key] = 0; last[key] = ts }
+      count[key]++
+      if (ts + 0 >= last[key] + 0) last[key] = ts
+    }
+    /^#rc / { flush(); inmsg = 0; rc = $2; next }
+    /^[0-9]+\.[0-9]+ / {
+      flush(); inmsg = 0
+      if (match($0, /^[0-9]+\.[0-9]+ ([^ ]+ )?kernel: /)) { ts = $1; plen = RLENGTH; msg = substr($0, plen + 1); inmsg = 1 }
+      next
+    }
+    inmsg && substr($0, 1, plen) ~ /^ *$/ { msg = msg "\n" substr($0, plen + 1); next }
+    { flush(); inmsg = 0 }
+    END {
+      flush()
+      if (rc != "0") { print "sparkguard_kernel_log_up 0"; exit }
+      print "sparkguard_kernel_log_up 1"
+      if (!n) exit
+      print "# HELP sparkguard_kernel_oom_kills_total Kernel OOM kills this boot by victim (comm) and scope (node: the node ran out of memory, cgroup: a memory cgroup limit), from the kernel log."
+      print "# TYPE sparkguard_kernel_oom_kills_total counter"
+      for (i = 1; i <= n; i++) printf "sparkguard_kernel_oom_kills_total{%s} %d\n", order[i], count[order[i]]
+      print "# HELP sparkguard_kernel_oom_last_kill_timestamp_seconds When the kernel last OOM-killed this victim this boot (journal time)."
+      print "# TYPE sparkguard_kernel_oom_last_kill_timestamp_seconds gauge"
+      for (i = 1; i <= n; i++) printf "sparkguard_kernel_oom_last_kill_timestamp_seconds{%s} %s\n", order[i], last[order[i]]
+    }')
+  [ -n "$kernel_oom" ] || kernel_oom="sparkguard_kernel_log_up 0"
 fi
 
 {
@@ -126,6 +220,9 @@ fi
     echo "# TYPE sparkguard_gpu_process_memory_bytes gauge"
     printf '%s\n' "$gpu_lines"
   fi
+  echo "# HELP sparkguard_kernel_log_up 1 if this boot's kernel log could be read from the journal (names kernel OOM victims)."
+  echo "# TYPE sparkguard_kernel_log_up gauge"
+  printf '%s\n' "$kernel_oom"
   echo "# HELP sparkguard_node_metrics_timestamp_seconds When these metrics were written."
   echo "# TYPE sparkguard_node_metrics_timestamp_seconds gauge"
   echo "sparkguard_node_metrics_timestamp_seconds $(date +%s)"

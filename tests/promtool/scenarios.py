@@ -27,12 +27,12 @@ from pathlib import Path
 
 import yaml
 
-from sparkguard.alerts import AlertThresholds, duration_seconds, render_alert_rules
+from sparkguard.alerts import AlertThresholds, duration_seconds, kernel_oom_victims_template, render_alert_rules
 
 ALERTS = (
     "NodeMemoryAvailableLow", "NodeMemoryAvailableCritical", "NodeMemoryExhaustionForecast",
     "NodeSwapActivity", "NodeMemoryPressureStall", "EarlyoomDown", "EarlyoomKilledProcess",
-    "SwapOnDuringTraining", "MemoryOutsideCgroups", "NodeExporterDown",
+    "KernelOomKilledProcess", "SwapOnDuringTraining", "MemoryOutsideCgroups", "NodeExporterDown",
 )
 MEMORY_ALERTS = ("NodeMemoryAvailableLow", "NodeMemoryAvailableCritical", "NodeMemoryExhaustionForecast")
 
@@ -142,7 +142,8 @@ class Scenario:
 
 # ---------------------------------------------------------------- scenarios
 def healthy_series(end: int, available: list[float], total: float = INCIDENT_MEMTOTAL) -> list[Series]:
-    """A well-kept node: exporter up, earlyoom active, no swap, training mode on, no stall."""
+    """A well-kept node: exporter up, earlyoom active, no swap, training mode on, no stall, no kernel OOM kill
+    since boot."""
     n = end + 1
     return [
         Series("node_memory_MemTotal_bytes", [total] * n),
@@ -152,6 +153,7 @@ def healthy_series(end: int, available: list[float], total: float = INCIDENT_MEM
         Series("node_vmstat_pswpin", [0.0] * n),
         Series("node_vmstat_pswpout", [0.0] * n),
         Series("node_pressure_memory_stalled_seconds_total", counter({0: 0.001}, end)),
+        Series("node_vmstat_oom_kill", [0.0] * n),
         Series("node_systemd_unit_state", [1.0] * n,
                {**NODE, "name": "earlyoom.service", "state": "active"}),
         Series("node_systemd_unit_state", [0.0] * n,
@@ -169,8 +171,9 @@ def incident(end: int = 110) -> Scenario:
     Modelled (not in the report, chosen to be plausible and documented in docs/alerts.md):
     16 GB swap; pswpout 9.7 GB / 5 min from 10:33 then 2000 pages/s, pswpin 1500 pages/s
     from 10:35; PSI full 1-3 % from 10:18, 30 % once swapping starts; no earlyoom installed;
-    training mode on; 10 GB of the used memory charged to cgroups (container 7.7 GB + system).
-    After 11:07 the node's series go stale and ``up`` is 0 (the scrape fails).
+    training mode on; 10 GB of the used memory charged to cgroups (container 7.7 GB + system); no kernel
+    OOM kill (the node swapped and hung instead). After 11:07 the node's series go stale and ``up`` is 0
+    (the scrape fails).
     """
     last = INCIDENT_LAST_SCRAPE
     available = interpolate({**INCIDENT_AVAILABLE, last: INCIDENT_AVAILABLE[45]}, last)
@@ -189,6 +192,7 @@ def incident(end: int = 110) -> Scenario:
         Series("node_vmstat_pswpin", stop(pswpin)),
         Series("node_vmstat_pswpout", stop(pswpout)),
         Series("node_pressure_memory_stalled_seconds_total", stop(stalled)),
+        Series("node_vmstat_oom_kill", stop([0.0] * n)),
         Series("sparkguard_training_mode", stop([1.0] * n)),
         Series("sparkguard_memory_outside_cgroups_bytes", stop(outside)),
         Series("up", [1.0] * n + [0.0] * (end - last)),
@@ -241,6 +245,9 @@ class Annotator:
         doc = yaml.safe_load(rules_text)
         self.rules = {r["alert"]: r for g in doc["groups"] for r in g["rules"]}
         self.t = thresholds
+        # KernelOomKilledProcess names its victims with a query in the template: the test computes the
+        # expected names (``kernel_oom_victims``) and puts them where the whole construct stands.
+        self.victims_block = kernel_oom_victims_template(thresholds)
 
     @staticmethod
     def _humanize1024(v: float) -> str:
@@ -253,7 +260,10 @@ class Annotator:
             prefix, v = p, v / 1024
         return f"{v:.4g}{prefix}"
 
-    def expand(self, text: str, labels: dict, value: float | None) -> str:
+    def expand(self, text: str, labels: dict, value: float | None, victims: str | None = None) -> str:
+        if victims is not None:
+            text = text.replace(self.victims_block, victims)
+
         def sub(match: re.Match) -> str:
             body = match.group(1).strip()
             if m := re.fullmatch(r"\$labels\.(\w+)", body):
@@ -265,8 +275,8 @@ class Annotator:
             raise AssertionError(f"annotation construct not supported by the test: {{{{ {body} }}}}")
         return re.sub(r"\{\{(.*?)\}\}", sub, text)
 
-    def annotations(self, alertname: str, labels: dict, value: float | None) -> dict:
-        return {k: self.expand(v, labels, value) for k, v in self.rules[alertname]["annotations"].items()}
+    def annotations(self, alertname: str, labels: dict, value: float | None, victims: str | None = None) -> dict:
+        return {k: self.expand(v, labels, value, victims) for k, v in self.rules[alertname]["annotations"].items()}
 
     def labels(self, alertname: str, extra: dict) -> dict:
         return {**extra, **self.rules[alertname]["labels"]}
@@ -281,6 +291,22 @@ def alert_value(scenario: Scenario, alertname: str, labels: dict, minute: int) -
     if alertname == "MemoryOutsideCgroups":
         return scenario.get("sparkguard_memory_outside_cgroups_bytes").at(minute)
     return None
+
+
+def kernel_oom_victims(scenario: Scenario, thresholds: AlertThresholds, labels: dict, minute: int) -> str:
+    """What KernelOomKilledProcess's victim query expands to at ``minute``, computed as Prometheus would:
+    the instance's last-kill gauges with a kill inside the window, sorted by victim (``sortByLabel``)."""
+    window = duration_seconds(thresholds.kernel_oom_kill_window)
+    found = []
+    for s in scenario.series:
+        if (s.name == thresholds.kernel_oom_last_kill_metric and s.labels.get("instance") == labels.get("instance")
+                and s.labels.get("job") == thresholds.node_job):
+            value = s.at(minute)
+            if value is not None and value > minute * 60 - window:
+                found.append(s.labels)
+    names = [f"{v['victim']}{' (memory cgroup limit)' if v.get('scope') == 'cgroup' else ''}"
+             for v in sorted(found, key=lambda v: v["victim"].encode())]
+    return ", ".join(names) or "a process"
 
 
 def fmt_minutes(minute: int) -> str:
@@ -298,8 +324,10 @@ def build_test_file(rules_path: Path, scenarios: list[Scenario], thresholds: Ale
             exp = []
             for labels in expected:
                 value = alert_value(sc, alertname, labels, minute)
+                victims = (kernel_oom_victims(sc, thresholds, labels, minute)
+                           if alertname == "KernelOomKilledProcess" else None)
                 exp.append({"exp_labels": annotator.labels(alertname, labels),
-                            "exp_annotations": annotator.annotations(alertname, labels, value)})
+                            "exp_annotations": annotator.annotations(alertname, labels, value, victims)})
             cases.append({"eval_time": fmt_minutes(minute), "alertname": alertname, "exp_alerts": exp})
         tests.append({"name": sc.name, "interval": "1m",
                       "input_series": [s.promtool() for s in sc.series], "alert_rule_test": cases})

@@ -30,6 +30,7 @@ from tests.promtool.scenarios import (
     clock,
     healthy_series,
     incident,
+    kernel_oom_victims,
     measure,
     plateau,
     promtool_binary,
@@ -140,6 +141,7 @@ def test_names_are_configurable():
     assert 'job="node"' not in text
     assert 'up{job="node-exporter"}' in text and "my_kills_total" in text and "$labels.comm" in text
     assert "my_training" in text and 'name=~"earlyoom-custom.service"' in text
+    assert "my_oom_ts{" in render_alert_rules(AlertThresholds(kernel_oom_last_kill_metric="my_oom_ts"))
 
 
 @pytest.mark.parametrize("change, message", [
@@ -150,6 +152,8 @@ def test_names_are_configurable():
     (dict(psi_full_threshold=5), "fraction of time"),
     (dict(earlyoom_kills_metric="kills-total"), "earlyoom_kills_metric"),
     (dict(node_job='node"} or vector(1) #'), "node_job"),
+    (dict(kernel_oom_for="10m"), "kernel_oom_for"),
+    (dict(kernel_oom_last_kill_metric="oom ts"), "kernel_oom_last_kill_metric"),
 ])
 def test_bad_thresholds_are_refused(change, message):
     with pytest.raises(ValueError, match=message):
@@ -460,3 +464,107 @@ def test_watchdog_fires_always_and_goes_only_to_the_heartbeat(promtool, tmp_path
     receivers = {r["name"]: r for r in config["receivers"]}
     assert receivers["heartbeat"]["webhook_configs"][0]["url"] == "https://hc.example/ping/x"
     assert "hc.example" not in str(receivers["sparkguard"])
+
+
+# ------------------------------------------------------------------ the kernel's own OOM killer
+def test_kernel_oom_alert_reads_no_memory_gauge():
+    """KernelOomKilledProcess fires on node_vmstat_oom_kill alone (node_exporter's vmstat collector, on by
+    default with oom_kill in its default fields), critical, and pages within minutes."""
+    rule = rules_by_name(render_alert_rules())["KernelOomKilledProcess"]
+    assert rule["expr"].strip() == 'increase(node_vmstat_oom_kill{job="node"}[10m]) > 0'
+    assert rule["labels"]["severity"] == "critical"
+    # for: 1m + a 15 s scrape + a 15 s evaluation + Alertmanager's 30 s group_wait: about 2 minutes
+    assert duration_seconds(rule["for"]) <= 120
+
+
+def kernel_oom_scenario() -> Scenario:
+    """vLLM issue 56824 on a GB10: the kernel OOM killer strikes while MemAvailable reads 22 GiB (18% of
+    MemTotal, above every line), PSI is quiet and there is no swap. Three kills: pt_main_thread at 14:40,
+    VLLM::EngineCor by its container's memory limit at 29:50, pt_main_thread again at 31:50.
+    node_vmstat_oom_kill shows each at the next scrape; the textfile names the victim a scrape later
+    (it is refreshed every 15 s, on its own timer). Time in the promtool run starts at 0, so the
+    last-kill timestamps are seconds from minute 0."""
+    end = 45
+    n = end + 1
+    sc = Scenario("kernel OOM kills while every memory gauge is healthy",
+                  healthy_series(end, [float(22 * 2**30)] * n), end)
+    sc.get("node_vmstat_oom_kill").values = [0.0] * 15 + [1.0] * 15 + [2.0] * 2 + [3.0] * (n - 32)
+    metric = DEFAULT.kernel_oom_last_kill_metric
+    sc.series.append(Series(metric, [None] * 16 + [880.0] * 16 + [1910.0] * (n - 32),
+                            {**NODE, "victim": "pt_main_thread", "scope": "node"}))
+    sc.series.append(Series(metric, [None] * 31 + [1790.0] * (n - 31),
+                            {**NODE, "victim": "VLLM::EngineCor", "scope": "cgroup"}))
+    return sc
+
+
+def test_kernel_oom_kill_pages_while_every_memory_gauge_is_healthy(promtool, tmp_path):
+    """A rise of node_vmstat_oom_kill by one fires KernelOomKilledProcess after its 1-minute for: (well inside
+    5 minutes), naming the victims of the last 10 minutes; no memory alert fires at any minute."""
+    sc = kernel_oom_scenario()
+    # pending at the scrape that shows the rise, firing a minute later, for the 10-minute increase window
+    firing = set(range(16, 25)) | set(range(31, 42))
+    for minute in range(sc.end + 1):
+        sc.expect[("KernelOomKilledProcess", minute)] = [dict(NODE)] if minute in firing else []
+    sc.expect_quiet([a for a in ALERTS if a != "KernelOomKilledProcess"], range(sc.end + 1))
+    # the names the annotations must carry (promtool expands the query in the template and compares)
+    assert kernel_oom_victims(sc, DEFAULT, NODE, 16) == "pt_main_thread"
+    assert kernel_oom_victims(sc, DEFAULT, NODE, 31) == "VLLM::EngineCor (memory cgroup limit)"
+    assert kernel_oom_victims(sc, DEFAULT, NODE, 32) == "VLLM::EngineCor (memory cgroup limit), pt_main_thread"
+    assert kernel_oom_victims(sc, DEFAULT, NODE, 41) == "pt_main_thread"   # the cgroup kill is 10m old
+    doc = build_test_file(tmp_path / "r.yml", [sc], DEFAULT, render_alert_rules())
+    [case] = [c for c in doc["tests"][0]["alert_rule_test"]
+              if c["alertname"] == "KernelOomKilledProcess" and c["eval_time"] == "16m"]
+    assert case["exp_alerts"][0]["exp_annotations"]["summary"] == \
+        f"{INSTANCE}: the kernel OOM killer killed pt_main_thread"
+    assert case["exp_alerts"][0]["exp_labels"] == {**NODE, "severity": "critical"}
+    assert_passes(promtool_test(tmp_path, [sc]))
+
+
+def test_kernel_oom_alert_needs_neither_memory_gauges_nor_the_victim(promtool, tmp_path):
+    """Only node_exporter's counter: it still fires (the victim is "a process" without the textfile
+    metric, e.g. a kernel log the unit cannot read), and only for the node whose counter rose."""
+    end = 20
+    n = end + 1
+    other = {"instance": "spark-02:9100", "job": "node"}
+    sc = Scenario("only node_vmstat_oom_kill", [
+        Series("node_vmstat_oom_kill", [0.0] * 5 + [1.0] * (n - 5)), Series("up", [1.0] * n),
+        Series("node_vmstat_oom_kill", [2.0] * n, other), Series("up", [1.0] * n, other),
+    ], end)
+    sc.expect.update({
+        ("KernelOomKilledProcess", 5): [],            # pending
+        ("KernelOomKilledProcess", 6): [dict(NODE)],
+        ("KernelOomKilledProcess", 14): [dict(NODE)],
+        ("KernelOomKilledProcess", 15): [],
+    })
+    assert kernel_oom_victims(sc, DEFAULT, NODE, 6) == "a process"
+    assert_passes(promtool_test(tmp_path, [sc]))
+
+
+def test_no_kernel_oom_rise_no_alert(promtool, tmp_path):
+    """Kills from before the data began (counter flat at 3, an old victim gauge) and a reboot (the counter
+    starts again at 0) are not kills now: quiet. The plateau, sawtooth and dip tests hold it quiet too."""
+    end = 40
+    n = end + 1
+    sc = Scenario("no kernel OOM kill", healthy_series(end, [60 * GB] * n), end)
+    sc.get("node_vmstat_oom_kill").values = [3.0] * n
+    sc.series.append(Series(DEFAULT.kernel_oom_last_kill_metric, [0.0] * n,
+                            {**NODE, "victim": "pt_main_thread", "scope": "node"}))
+    other = {"instance": "spark-02:9100", "job": "node"}
+    sc.series.append(Series("node_vmstat_oom_kill", stop_after([3.0] * 20, 19) + [None] * 4 + [0.0] * (n - 25),
+                            other))
+    sc.series.append(Series("up", [1.0] * 20 + [0.0] * 5 + [1.0] * (n - 25), other))
+    sc.expect_quiet(["KernelOomKilledProcess"], range(end + 1))
+    assert_passes(promtool_test(tmp_path, [sc]))
+
+
+def test_the_kernel_oom_replay_has_teeth(promtool, tmp_path):
+    """Rules that would page late or never fail the kernel OOM replay: a 6-minute for:, or no rule."""
+    def expect(sc):
+        sc.expect[("KernelOomKilledProcess", 16)] = [dict(NODE)]
+        return sc
+    late = promtool_test(tmp_path, [expect(kernel_oom_scenario())],
+                         rules_text=render_alert_rules(AlertThresholds(kernel_oom_for="6m", kernel_oom_kill_window="10m")))
+    assert late.returncode != 0
+    doc = rules_doc(render_alert_rules())
+    doc["groups"][0]["rules"] = [r for r in doc["groups"][0]["rules"] if r["alert"] != "KernelOomKilledProcess"]
+    assert promtool_test(tmp_path, [expect(kernel_oom_scenario())], rules_text=yaml.safe_dump(doc)).returncode != 0
