@@ -1,12 +1,15 @@
 """Benchmark: the incident replay matrix, per distro and guard mechanism.
 
-For every launch path (tests/replay.py LAUNCHES) with every bystander at once
-(vLLM stand-in at serving's oom_score_adj with the larger RSS, a python3
-notebook, an open SSH session), N runs each; prints per cell: the trainer's
-oom_score_adj as earlyoom saw it, who got the first signal, median and max
-reaction time (MemAvailable crossing the SIGTERM line -> SIGTERM at the
-trainer), how far MemAvailable fell below the line, and whether every
-bystander survived.
+For every launch path and job shape (tests/replay.py LAUNCHES and SHAPES: process
+trees with memfd workers, torchrun, a fast start, ollama beside it, no nvidia-smi)
+with every bystander at once (vLLM stand-in at serving's oom_score_adj with the
+larger RSS, a python3 notebook, an open SSH session), N runs each; prints per
+cell: the trainer's oom_score_adj as earlyoom saw it, who got the first signal
+(the job: trainer, worker or launcher), median and max reaction time
+(MemAvailable crossing the SIGTERM line -> SIGTERM at the trainer), the job's
+exit (first signal -> every process of the job gone) and memory release (first
+signal -> the job's huge pages back on the host), how far MemAvailable fell
+below the line, and whether every bystander survived.
 
 Variants (bookworm, earlyoom 1.7):
   sparkguard  role earlyoom as shipped (GPU ranking agent on); lines set relative to free memory
@@ -21,7 +24,7 @@ The lines sit at ~45 % of MemTotal for every guard (nohang refuses lines above 5
 with a bounded host ballast (tests/replay.py host_ballast). Per guard it also prints the guard's
 CPU time per hour at idle with the shipped defaults (systemd's CPUUsageNSec over --idle-s).
 
-    bench/earlyoom-replay [--runs 3] [--variants sparkguard no-agent] [--launches llama-server ...]
+    bench/earlyoom-replay [--runs 3] [--variants sparkguard no-agent] [--launches 'python3 + memfd workers' ...]
     bench/earlyoom-replay --guards earlyoom-1.7 nohang earlyoom-1.8 [--runs 3] [--idle-s 120]
 """
 
@@ -43,23 +46,30 @@ from sparkguard import sandbox  # noqa: E402
 from sparkguard.converge import site_deploy  # noqa: E402
 from sparkguard.inventory import load_inventory  # noqa: E402
 from sparkguard.runner import run_deploy  # noqa: E402
-from tests.replay import LAUNCHES, ReplayPlan, host_ballast, meminfo_kib, remove_tools, run_cell  # noqa: E402
+from tests.replay import LAUNCHES, SHAPES, ReplayPlan, host_ballast, meminfo_kib, remove_tools, run_cell  # noqa: E402
 from tests.sandbox.conftest import SandboxHandle  # noqa: E402
 
 roles.register()
+CELLS = {**LAUNCHES, **SHAPES}
 
 STOCK = 'EARLYOOM_ARGS="-m {term} -r 1 -N /usr/local/lib/sparkguard/earlyoom-notify"\n'
 
 
 def first_victim(result) -> str:
     if result.trainer_killed_first:
-        return "trainer"
+        return "job"
     for line in result.earlyoom_log.splitlines():
         if " to process " in line and "sending SIG" in line:
             return line.split('"')[1] if '"' in line else line.strip()
         if "sparkguard: nohang sent SIG" in line:
             return line.split(" to ", 1)[1].split(" (pid")[0]
     return "none"
+
+
+def spread(seconds: list[float | None]) -> str:
+    """Median / max in ms of the values measured ('-' when none was)."""
+    values = [s * 1000 for s in seconds if s is not None]
+    return f"{statistics.median(values):.0f} / {max(values):.0f} ms" if values else "-"
 
 
 def one_run(handle: SandboxHandle, variant: str, launch: str):
@@ -75,7 +85,7 @@ def one_run(handle: SandboxHandle, variant: str, launch: str):
     if variant == "stock":
         handle.ssh("node-1", f"printf '{STOCK.format(term=plan.term_percent)}' > /etc/default/earlyoom && "
                              "systemctl restart earlyoom")
-    result = run_cell(handle, "node-1", plan, LAUNCHES[launch], timeout_s=60)
+    result = run_cell(handle, "node-1", plan, CELLS[launch], timeout_s=60)
     handle.ssh("node-1", "systemctl restart earlyoom")
     return result
 
@@ -170,7 +180,7 @@ def guard_runs(guard: str, runs: int, launches: list[str], idle_s: float) -> Non
                 assert run_deploy(load_inventory(write_inventory(handle, "lab-inv", extra + lines)), site_deploy).ok
                 for launch in launches:
                     with PsiSampler() as psi:
-                        results = [run_cell(handle, "node-1", plan, LAUNCHES[launch], timeout_s=60, guard=unit)
+                        results = [run_cell(handle, "node-1", plan, CELLS[launch], timeout_s=60, guard=unit)
                                    for _ in range(runs)]
                     reactions = [r.reaction_s * 1000 for r in results if r.reaction_s is not None and r.got_sigterm]
                     lowest = [min(e["mem_available_kib"] for e in r.hog_events if "mem_available_kib" in e) / 1024
@@ -203,7 +213,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--variants", nargs="+", default=["sparkguard", "no-agent"],
                         choices=["sparkguard", "no-agent", "stock"])
-    parser.add_argument("--launches", nargs="+", default=None, choices=list(LAUNCHES))
+    parser.add_argument("--launches", nargs="+", default=None, choices=list(CELLS))
     parser.add_argument("--guards", nargs="+", choices=list(GUARDS),
                         help="compare guard mechanisms per distro instead of the bookworm variants")
     parser.add_argument("--idle-s", type=float, default=600, help="idle window for the guard's CPU cost")
@@ -216,12 +226,13 @@ def main() -> None:
         args.launches = args.launches or ["sparkguard-train", "python3 in a --memory cgroup"]
         main_guards(args)
         return
-    args.launches = args.launches or list(LAUNCHES)
+    args.launches = args.launches or list(CELLS)
     with booted_nodes(1, "127.0.89") as (state, inventory):
         handle = SandboxHandle(state, inventory, sandbox.Sandbox.load(state).nodes)
-        print(f"{'variant':10} {'launch path':30} {'adj':>5} {'first victim(s)':22} {'reaction median/max':>20} "
-              f"{'below line':>11} {'bystanders':>10}")
-        print("(reaction 0 ms = the signal came before the trainer's next 50 ms sample below the line)")
+        print(f"{'variant':10} {'job shape':44} {'adj':>7} {'first victim(s)':22} {'reaction median/max':>20} "
+              f"{'job gone med/max':>18} {'mem back med/max':>18} {'below line':>11} {'bystanders':>10}")
+        print("(reaction 0 ms = the signal came before the trainer's next 50 ms sample below the line; job gone and "
+              "mem back are counted from the first signal)")
         try:
             for variant in args.variants:
                 for launch in args.launches:
@@ -234,8 +245,10 @@ def main() -> None:
                               else "never signalled")
                     depth = f"{statistics.median(below):.0f} MiB" if below else "-"
                     spared = sum(1 for r in runs if r.bystanders_alive)
-                    print(f"{variant:10} {launch:30} {adjs:>5} {victims:22} {timing:>20} {depth:>11} "
-                          f"{spared}/{len(runs):>8}", flush=True)
+                    gone = spread([r.job_gone_s for r in runs])
+                    back = spread([r.release_s for r in runs])
+                    print(f"{variant:10} {launch:44} {adjs:>7} {victims:22} {timing:>20} {gone:>18} {back:>18} "
+                          f"{depth:>11} {spared}/{len(runs):>8}", flush=True)
         finally:
             remove_tools(handle, "node-1")
 

@@ -10,10 +10,12 @@ class                 oom_score_adj         set by
 ====================  ===================  =========================================
 marked training       1000                  sparkguard-train, sparkguard-oom-first,
                                             ``docker run --oom-score-adj=1000``
-GPU-memory holder     600 + 200 x share     the GPU ranking agent (role earlyoom),
-                      (600..800)            share = used_memory / MemTotal
-serving               300                   sparkguard-vllm@ (role vllm)
+GPU-memory holder     600 + 200 x share     the GPU ranking agent (role earlyoom), for
+  and its whole job   (600..800)            the holder, its process group, descendants
+                                            and launchers; share = used_memory / MemTotal
 everything else       0 (as found)          nobody
+serving               -300                  sparkguard-vllm@ (role vllm); other servers
+                                            (ollama, llama-server, ...) are never raised
 avoid list            as found, and -300    earlyoom ``--avoid``; sshd's listener -1000
                       in earlyoom's score
 ====================  ===================  =========================================
@@ -26,17 +28,21 @@ RSS + swap + page tables in permille of RAM + swap::
 earlyoom 1.7 reads that number and adds ``+300`` for ``--prefer``, ``-300`` for
 ``--avoid`` (BADNESS_PREFER/AVOID in its kill.c); ties go to the larger RSS.
 
+Serving sits BELOW everything else, so a new GPU process (adj 0 until the
+agent ranks it) already outranks serving from its first instant: serving's
+safety does not hang on the agent, on nvidia-smi, or on how fast a job starts.
+
 So class X outranks class Y exactly when ``R_Y - R_X < adj_X - adj_Y`` (plus
 450 where earlyoom's bonuses differ by 300 in X's favour). With the bands
-above the gaps are 300 (serving over everything else), 300 (holders over
-serving) and 200 (training over the fullest holder): the order holds while the
-lower class's RSS exceeds the higher one's by less than 30%, 30% and 20% of RAM
-+ swap. Training over everything else is a gap of 1000 and holds for every RSS
-mix that fits in memory (R_else <= 1000 - R_train < 1000). No choice of bands
-can make all four boundaries mix-proof: that needs a gap of 1000 at each, and
-the kernel's whole range is 2000 (``docs/roles/earlyoom.md`` has the table).
-On these nodes the RSS of trainer, server and notebook are a few GiB of 121,
-far inside the gaps; the agent adds the invisible part.
+above the gaps are 600 (holders over everything else), 300 (everything else
+over serving) and 200 (training over the fullest holder): the order holds while
+the lower class's RSS exceeds the higher one's by less than 60%, 30% and 20% of
+RAM + swap. Training over everything else is a gap of 1000 and holds for every
+RSS mix that fits in memory (R_else <= 1000 - R_train < 1000). No choice of
+bands can make all four boundaries mix-proof: that needs a gap of 1000 at each,
+and the kernel's whole range is 2000 (``docs/roles/earlyoom.md`` has the
+table). On these nodes the RSS of trainer, server and notebook are a few GiB of
+121, far inside the gaps; the agent adds the invisible part.
 """
 
 from __future__ import annotations
@@ -46,7 +52,7 @@ from dataclasses import dataclass
 TRAINING_ADJ = 1000
 HOLDER_BASE_ADJ = 600
 HOLDER_SPAN = 200
-SERVING_ADJ = 300
+SERVING_ADJ = -300
 OTHER_ADJ = 0
 PREFER_BONUS = 300
 AVOID_BONUS = -300
@@ -54,7 +60,7 @@ OOM_SCORE_ADJ_MIN = -1000
 OOM_SCORE_ADJ_MAX = 1000
 
 # Class names, first victim first (what tests, docs and the agent's report use).
-CLASSES = ("training", "gpu-holder", "serving", "other", "avoid")
+CLASSES = ("training", "gpu-holder", "other", "serving", "avoid")
 
 
 def holder_adj(used_bytes: int, memory_total_bytes: int) -> int:
@@ -110,7 +116,7 @@ def kernel_victim(candidates: list[Candidate]) -> Candidate:
 def gap(upper_adj: int, lower_adj: int, bonus_difference: int = 0) -> int:
     """How much more RSS (permille of RAM+swap) the lower class may have before it outranks the upper.
 
-    >>> gap(TRAINING_ADJ, OTHER_ADJ), gap(SERVING_ADJ, OTHER_ADJ, -PREFER_BONUS)
+    >>> gap(TRAINING_ADJ, OTHER_ADJ), gap(OTHER_ADJ, SERVING_ADJ, -PREFER_BONUS)
     (1000, -150)
     """
     return upper_adj - lower_adj + bonus_difference * 3 // 2

@@ -18,6 +18,7 @@ def probe(config: Any) -> list[str]:
         "pid=$(systemctl show -p MainPID --value earlyoom.service 2>/dev/null)",
         "r earlyoom_active \"$(systemctl is-active earlyoom.service 2>/dev/null)\"",
         "r nohang_active \"$(systemctl is-active nohang.service 2>/dev/null)\"",
+        "r oomd_active \"$(systemctl is-active systemd-oomd.service 2>/dev/null)\"",
         "if [ -n \"$pid\" ] && [ \"$pid\" != 0 ]; then r earlyoom_cmdline \"$(base64 -w0 < /proc/$pid/cmdline 2>/dev/null)\"; fi",
         f"r gpu_ranking \"$(cat {q(RANKING_STATUS)} 2>/dev/null)\"",
         "r clock \"$(date +%s)\"",
@@ -42,6 +43,8 @@ def gpu_ranking_verdict(raw: str, clock: str) -> tuple[bool, str]:
         return True, f"{detail}" + (f": {holders}" if holders else "")
     if state == "no-nvidia-smi":
         return True, detail
+    if state == "blind":
+        return False, f"nvidia-smi is blind: {detail}"
     return False, f"{state}: {detail} (earlyoom's name rules only)"
 
 
@@ -61,8 +64,12 @@ def checks(view: AuditView) -> list[Check]:
     info, rt, settings = view.info, view.runtime, view.config.earlyoom
     choice = choose_guard(settings, info)
     running = [g for g in ("earlyoom", "nohang") if rt.get(f"{g}_active") == "active"]
-    found = [Check("earlyoom: one low-memory guard", running == [choice.guard], f"{choice.guard} only ({choice.reason})",
-                   ", ".join(running) + " running" if running else "no guard running")]
+    oomd = rt.get("oomd_active") == "active"
+    kept = oomd and settings.systemd_oomd == "keep"
+    actual = ", ".join(running + (["systemd-oomd"] if oomd else [])) + " running" if running or oomd else "no guard running"
+    found = [Check("earlyoom: one low-memory guard", running == [choice.guard] and (not oomd or kept),
+                   f"{choice.guard} only ({choice.reason})", actual + (" (systemd-oomd kept: earlyoom.systemd_oomd)"
+                                                                       if kept else ""))]
     if choice.guard == "nohang":
         version = ".".join(map(str, info.nohang_version or ())) or "not installed"
         found.append(Check("earlyoom: thresholds hold on unified memory", info.nohang_version is not None,

@@ -10,7 +10,7 @@ from sparkguard.errors import Problem
 from sparkguard.facts import NodeInfo
 
 from .guard import FIRST_ANON_RELATIVE, choose_guard
-from .names import fragment_problem
+from .names import fragment_problem, unit_glob_problem
 
 MAX_TERM_PERCENT = 50
 LAB_ENV = "SPARKGUARD_LAB_THRESHOLDS"
@@ -31,7 +31,11 @@ def problems(config: Any) -> Iterator[Problem]:
         yield Problem("", "earlyoom.kill_percent", settings.kill_percent,
                       f"must be below earlyoom.term_percent ({settings.term_percent:g}): SIGTERM comes first, "
                       f"SIGKILL only if memory keeps falling (allowed: 0 < kill_percent < term_percent <= 50)")
-    for field in ("prefer_extra", "avoid_extra"):
+    for index, glob in enumerate(settings.serving_units_extra):
+        reason = unit_glob_problem(glob)
+        if reason:
+            yield Problem("", f"earlyoom.serving_units_extra[{index}]", glob, reason)
+    for field in ("prefer_extra", "avoid_extra", "serving_extra"):
         for index, fragment in enumerate(getattr(settings, field)):
             reason = fragment_problem(fragment)
             if reason:

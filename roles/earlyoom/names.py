@@ -21,23 +21,39 @@ from __future__ import annotations
 
 import re
 
-# Training processes: PyTorch's thread names and the launchers' script names.
+# Launchers: the process that starts (and on SIGTERM tears down) a whole training job. Killing one
+# ends the job; killing a worker ends nothing (its rank keeps the memory), so workers are not here:
+# `pt_data_worker` (DataLoader workers) holds no memory of its own and is ranked with its job by the GPU
+# ranking agent, and `torchrun` is never a comm (torchrun names itself `pt_elastic`).
 TRAINING_NAMES = (
-    "pt_elastic",       # torchrun / elastic agent (still set by current torch)
-    "pt_data_worker",   # DataLoader workers (pytorch#128448, still set)
+    "pt_elastic",       # torchrun / elastic agent (torch/distributed/run.py; still set by current torch)
     "pt_main_thread",   # torch 2.3-2.4 only (pytorch#121170; removed in 2.5 by #134066)
-    "torchrun",
     "accelerate",       # `accelerate launch`
     "deepspeed",
     "tune",             # torchtune's `tune run`
     "axolotl",          # `axolotl train`
     "llamafactory-cl",  # LLaMA-Factory's `llamafactory-cli`, truncated to 15 characters
 )
-# Serving: never preferred, and ranked as serving by the GPU ranking agent.
+# Serving: never preferred, never ranked into the holder band by the GPU ranking agent. comm as the
+# kernel reports it (15 characters).
 SERVING_NAMES = (
     "vllm",             # `vllm serve`: the API server
     "VLLM::.+",         # engine and workers: `VLLM::EngineCore` (comm `VLLM::EngineCor`), `VLLM::Worker_TP0`
+    "ollama",           # ollama's server and its runners (`ollama runner` is the same binary)
+    "llama-server",     # llama.cpp's HTTP server
+    "sglang::.+",       # SGLang's processes (`sglang::scheduler`, `sglang::detokenizer`, setproctitle)
+    "trtllm-serve",     # TensorRT-LLM's OpenAI server
+    "tritonserver",     # Triton Inference Server
+    "text-generation",  # TGI's `text-generation-launcher` / `-router`, truncated to 15 characters
 )
+# Units of servers, as system units (glob): the agent reads them from /system.slice only.
+# Role vllm's own units (sparkguard-vllm@*.service) are added by the role from its layout.
+SERVING_UNITS = (
+    "ollama.service",              # ollama's installer
+    "llama-server*.service",
+    "tritonserver*.service",
+)
+
 # Plain interpreters: non-PyTorch trainers, but also any python3-named server.
 PYTHON_NAMES = (
     "python",
@@ -104,5 +120,29 @@ def fragment_problem(fragment: str) -> str | None:
     return None
 
 
-def serving_regex() -> str:
-    return alternation(SERVING_NAMES)
+def serving_regex(extra: tuple[str, ...] = ()) -> str:
+    return alternation(SERVING_NAMES + tuple(extra))
+
+
+def launcher_regex(extra: tuple[str, ...] = ()) -> str:
+    """Launchers above a GPU holder, which the agent ranks with the holder's job."""
+    return alternation(TRAINING_NAMES + tuple(extra))
+
+
+# A unit name glob: systemd's unit name characters, plus * and ? (no path, no shell, no quote, no backslash).
+UNIT_GLOB = re.compile(r"[A-Za-z0-9_.:@*?-]+[.](service|scope)")
+
+
+def unit_glob_problem(glob: str) -> str | None:
+    """Why a serving unit glob cannot be used, or None.
+
+    >>> unit_glob_problem("ollama.service"), unit_glob_problem("my-llm@*.service")
+    (None, None)
+    >>> unit_glob_problem("*.service")
+    "would match every system service; name the server's unit (e.g. ollama.service, my-llm@*.service)"
+    """
+    if not UNIT_GLOB.fullmatch(glob):
+        return "must be a system unit name or glob ending in .service or .scope (letters, digits and _ . : @ - * ?)"
+    if not glob.rsplit(".", 1)[0].strip("*?"):
+        return "would match every system service; name the server's unit (e.g. ollama.service, my-llm@*.service)"
+    return None

@@ -49,8 +49,20 @@ class EarlyoomSettings(Settings):
         (), "Extra process names (comm, regex fragments) to kill first, besides PyTorch/python/launchers.")
     avoid_extra: tuple[str, ...] = setting(
         (), "Extra process names (comm, regex fragments) to spare, besides sshd/systemd/journald/monitoring.")
+    serving_extra: tuple[str, ...] = setting(
+        (), "Extra serving process names (comm, regex fragments) besides vLLM, ollama, llama-server, SGLang,"
+        " trtllm-serve, Triton and TGI: the GPU ranking agent never ranks them into the holder band.")
+    serving_units_extra: tuple[str, ...] = setting(
+        (), "Extra serving units (system unit names or globs, e.g. my-llm@*.service) besides sparkguard-vllm@,"
+        " ollama.service, llama-server*.service and tritonserver*.service: read from /system.slice only.")
     kill_process_group: bool = setting(
-        False, "Kill the victim's whole process group (-g), e.g. a launcher with its workers.")
+        True, "Kill the victim's whole process group (-g; nohang: the action script signals the group): a"
+        " trainer's forked workers keep its driver memory alive after it dies, and earlyoom 1.7 then waits for"
+        " the whole group (up to 10 s, SIGKILL at the kill line) before it picks anyone else.")
+    systemd_oomd: Literal["disable", "keep"] = setting(
+        "disable", "systemd-oomd (Ubuntu desktop images, DGX OS) kills whole user cgroups by memory pressure and"
+        " ignores oom_score_adj: a second guard. disable = stop, disable and mask it where it is installed, so"
+        " exactly one guard decides; keep = leave it running beside the guard (audit says so).")
     newer_version: Literal["refuse", "accept-anon-relative"] = setting(
         "refuse",
         "earlyoom 1.8+ (Debian 13) measures MemAvailable against MemAvailable+AnonPages, which leaves GPU driver"

@@ -24,7 +24,7 @@ from sparkguard.templating import render_template, sandbox
 
 from . import gpu_ranking
 from .guard import GuardChoice, choose_guard
-from .names import avoid_regex, prefer_regex, serving_regex
+from .names import SERVING_UNITS, avoid_regex, launcher_regex, prefer_regex, serving_regex
 from .settings import EarlyoomSettings
 
 # (packages, files, services) of one low-memory guard.
@@ -37,6 +37,7 @@ MARKS_DIR = f"{STATE_DIR}/guard-marks"
 COUNTS_FILE = f"{STATE_DIR}/earlyoom-kills.counts"
 TEXTFILE = f"{TEXTFILE_DIR}/sparkguard_earlyoom.prom"
 NOTIFY = f"{LIB_DIR}/earlyoom-notify"
+RECORDER = f"{LIB_DIR}/guard-record"
 COLLECTOR = f"{LIB_DIR}/earlyoom-kills-collect"
 CHECKER = f"{LIB_DIR}/earlyoom-check-args"
 OOM_FIRST = f"{BIN_DIR}/sparkguard-oom-first"
@@ -49,7 +50,16 @@ RANKING_AGENT = f"{LIB_DIR}/gpu-ranking"
 RANKING_CONFIG = f"{CONFIG_DIR}/gpu-ranking.json"
 RANKING_UNIT = "sparkguard-gpu-ranking.service"
 RANKING_STATUS = "/run/sparkguard/gpu-ranking.json"
+# Every process of every GPU job the agent knows, "PID START JOB UNIT NAME", kept a while after a job is
+# gone: the guard's recorder attributes a kill of any of them to the job.
+JOBS_FILE = "/run/sparkguard/gpu-jobs"
 RANKING_TEXTFILE = f"{TEXTFILE_DIR}/sparkguard_gpu_ranking.prom"
+# Compute device nodes a GPU process holds from CUDA/ROCm init on (display servers open only the others).
+DEVICE_PATHS = (
+    "/dev/nvidia-uvm",        # CUDA (NVIDIA's open and proprietary drivers; DGX Spark, GH200, Jetson Thor)
+    "/dev/kfd",               # ROCm compute (AMD Strix Halo)
+    "/dev/nvhost-ctrl-gpu",   # Jetson's nvgpu driver (Orin)
+)
 
 
 
@@ -84,28 +94,31 @@ def _gib(memory_total_bytes: int | None, percent: float) -> str:
     return f"{memory_total_bytes * percent / 100 / 2**30:.1f}"
 
 
-def ranking_config(settings: EarlyoomSettings, serving_adj: int) -> str:
+def ranking_config(settings: EarlyoomSettings) -> str:
     """The agent's inputs, as JSON: the bands and names are sparkguard's, never re-typed on the node."""
     return json.dumps({
         "interval_s": settings.gpu_ranking_interval_s,
-        "serving_adj": serving_adj,
         "holder_base": victim_order.HOLDER_BASE_ADJ,
         "holder_span": victim_order.HOLDER_SPAN,
         "avoid_regex": avoid_regex(settings.avoid_extra),
-        "serving_regex": serving_regex(),
+        "serving_regex": serving_regex(settings.serving_extra),
+        "launcher_regex": launcher_regex(settings.prefer_extra),
         "training_unit": TRAINING_JOB_PREFIX,
-        "serving_unit": SERVING_UNIT_PREFIX,
+        "serving_units": [f"{SERVING_UNIT_PREFIX}*.service", *SERVING_UNITS, *settings.serving_units_extra],
+        "device_paths": list(DEVICE_PATHS),
+        "blind_after_s": 30,
         "status_file": RANKING_STATUS,
+        "jobs_file": JOBS_FILE,
         "textfile": RANKING_TEXTFILE,
     }, indent=2, sort_keys=True) + "\n"
 
 
-def ranking_files(settings: EarlyoomSettings, serving_adj: int) -> tuple[ManagedFile, ...]:
+def ranking_files(settings: EarlyoomSettings) -> tuple[ManagedFile, ...]:
     source = Path(gpu_ranking.__file__).read_text()
     return (
         ManagedFile(RANKING_AGENT, source, mode="0755",
                     validate="python3 -c \"import ast, sys; ast.parse(open(sys.argv[1]).read())\" {path}"),
-        ManagedFile(RANKING_CONFIG, ranking_config(settings, serving_adj),
+        ManagedFile(RANKING_CONFIG, ranking_config(settings),
                     validate="python3 -c \"import json, sys; json.load(open(sys.argv[1]))\" {path}"),
         ManagedFile(unit_path(RANKING_UNIT), render_template(
             "earlyoom/gpu-ranking.service.j2", agent=RANKING_AGENT, config=RANKING_CONFIG,
@@ -179,11 +192,29 @@ def only_guard(choice: GuardChoice) -> Ensure:
     )
 
 
+# systemd-oomd: Ubuntu's desktop images (DGX OS) run it; it kills whole cgroups by PSI, ignoring oom_score_adj.
+OOMD_UNITS = ("systemd-oomd.service", "systemd-oomd.socket")
+
+
+def no_second_guard() -> Ensure:
+    """systemd-oomd, where installed, is stopped and masked: one guard decides who dies (earlyoom.systemd_oomd)."""
+    units = " ".join(OOMD_UNITS)
+    return Ensure(
+        description="systemd-oomd is not a second guard (stopped and masked)",
+        # is-enabled prints nothing (old systemd) or not-found for a unit that is not installed: nothing to do.
+        check=f"for u in {units}; do systemctl is-active -q $u && exit 1; "
+              f"case \"$(systemctl is-enabled $u 2>/dev/null)\" in ''|masked|not-found) ;; *) exit 1 ;; esac; done; true",
+        fix=f"for u in {units}; do systemctl cat $u >/dev/null 2>&1 || continue; systemctl disable -q --now $u; "
+            f"systemctl mask -q $u; done; true",
+    )
+
+
 def desired_state(ctx: RoleContext) -> DesiredState:
     settings: EarlyoomSettings = ctx.settings("earlyoom")
     total = ctx.node.memory_total_bytes
     choice = choose_guard(settings, ctx.node.live)
-    paths = {"spool_dir": SPOOL_DIR, "collector": COLLECTOR, "counts_file": COUNTS_FILE, "textfile": TEXTFILE,
+    paths = {"spool_dir": SPOOL_DIR, "collector": COLLECTOR, "recorder": RECORDER, "jobs_file": JOBS_FILE,
+             "counts_file": COUNTS_FILE, "textfile": TEXTFILE,
              "guard": choice.guard, "marks_dir": MARKS_DIR, "collector_unit": KILLS_SERVICE_UNIT}
     # Serving's band is the vllm role's oom_score_adj (one value, wherever a server runs).
     serving_adj = ctx.settings("vllm").oom_score_adj
@@ -191,7 +222,7 @@ def desired_state(ctx: RoleContext) -> DesiredState:
         packages, guard_files, guard_services = nohang_guard(settings, total, paths, serving_adj)
     else:
         packages, guard_files, guard_services = earlyoom_guard(settings, total, paths)
-    ranking = ranking_files(settings, serving_adj) if settings.gpu_ranking else ()
+    ranking = ranking_files(settings) if settings.gpu_ranking else ()
     ranking_services = (Service(RANKING_UNIT, restart_on=tuple(f.path for f in ranking)),) if ranking else ()
     return DesiredState(
         role="earlyoom",
@@ -202,6 +233,7 @@ def desired_state(ctx: RoleContext) -> DesiredState:
         files=(
             ManagedFile(OOM_FIRST, _shipped("oom-first.sh"), mode="0755",
                         validate="sh -n {path}"),
+            ManagedFile(RECORDER, _shipped("guard-record.sh"), mode="0755", validate="sh -n {path}"),
             ManagedFile(COLLECTOR, render_template("earlyoom/collect.sh.j2", **paths), mode="0755",
                         validate="sh -n {path}"),
             ManagedFile(unit_path(KILLS_SERVICE_UNIT), render_template(
@@ -213,5 +245,5 @@ def desired_state(ctx: RoleContext) -> DesiredState:
                         validate="systemd-analyze verify {path}"),
         ) + guard_files + ranking,
         services=(Service(KILLS_PATH_UNIT),) + guard_services + ranking_services,
-        ensures=(only_guard(choice),),
+        ensures=(only_guard(choice),) + ((no_second_guard(),) if settings.systemd_oomd == "disable" else ()),
     )

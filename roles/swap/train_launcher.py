@@ -368,10 +368,13 @@ def earlyoom_kills_since(started: str, patient: bool) -> list[str]:
     """
     deadline = time.monotonic() + (5.0 if patient else 0.0)
     while True:
-        log = subprocess.run(["journalctl", "-u", "earlyoom", "-u", "nohang", "--since", started, "-o", "cat",
-                              "--no-pager"], capture_output=True, text=True).stdout
+        # The guard's own lines, and the kill collector's (sparkguard-earlyoom-kills.service), which names the
+        # job of every victim the GPU ranking agent knew: a worker or launcher killed first is still this job.
+        log = subprocess.run(["journalctl", "-u", "earlyoom", "-u", "nohang", "-u", "sparkguard-earlyoom-kills",
+                              "--since", started, "-o", "cat", "--no-pager"], capture_output=True, text=True).stdout
         kills = [line for line in log.splitlines()
-                 if ("sending SIG" in line and " to process " in line) or "sparkguard: nohang sent SIG" in line]
+                 if ("sending SIG" in line and " to process " in line) or "sparkguard: nohang sent SIG" in line
+                 or " of job " in line]
         if kills or time.monotonic() >= deadline:
             return kills
         time.sleep(0.5)
@@ -396,8 +399,8 @@ def finished(unit: str, container: str | None) -> int:
     record = {
         "unit": unit, "result": result, "how": how, "status": status, "exit_code": exit_code,
         "main_pid": pid, "started": started, "ended": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-        "killed_by_earlyoom": any(f" to process {pid} " in line or f"(pid {pid}," in line for line in kills)
-        if pid else False,
+        "killed_by_earlyoom": any(f" to process {pid} " in line or f"(pid {pid}," in line or f" of job {unit} (" in line
+                                  for line in kills) if pid else False,
         "earlyoom_kills_during_job": kills,
     }
     if container:

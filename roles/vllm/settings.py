@@ -95,11 +95,12 @@ class VllmSettings(Settings):
         " stop = stop serving, keep = leave it (the budget must then fit both at full size).")
     oom_score_adj: int = setting(
         SERVING_ADJ,
-        "oom_score_adj of the servers (the serving band): above everything unmarked (0) and the avoid list,"
-        " below any other GPU-memory holder (600-800, set by earlyoom's GPU ranking agent) and marked training"
-        " (1000), so serving dies after training and before the system. The gaps are the RSS difference each"
-        " boundary tolerates (docs/roles/earlyoom.md, class order).",
-        ge=1, lt=HOLDER_BASE_ADJ)
+        "oom_score_adj of the servers (the serving band): BELOW everything unmarked (0), above -1000, so every"
+        " GPU process that is not serving (adj 0 until earlyoom's GPU ranking agent raises it into 600-800,"
+        " marked training 1000) and every notebook or shell dies before serving, even before the agent has"
+        " looked (a fast start) or where nvidia-smi is missing. -1000 would make serving unkillable and is"
+        " refused. The gaps are the RSS difference each boundary tolerates (docs/roles/earlyoom.md, class order).",
+        ge=-999, lt=HOLDER_BASE_ADJ)
     cuda_total_gib: float | None = setting(
         None,
         "What CUDA reports as total device memory (the base of gpu-memory-utilization). Default: from the"

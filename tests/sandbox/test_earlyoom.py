@@ -102,3 +102,34 @@ def test_node_json_records_earlyoom_settings(sandbox_nodes):
     apply(sandbox_nodes.inventory_dir)
     document = json.loads(sandbox_nodes.ssh("node-1", "cat /etc/sparkguard/node.json")[1])
     assert document["settings"]["earlyoom"]["term_percent"] == 8.0
+
+
+def test_systemd_oomd_is_not_left_running_as_a_second_guard(sandbox_nodes, tmp_path):
+    """Ubuntu's desktop images (DGX OS) enable systemd-oomd: it kills whole user cgroups by memory pressure and
+    ignores oom_score_adj. Installed and enabled before apply, it is stopped and masked by it; kept on request."""
+    from sparkguard.audit import run_audit
+
+    node = "node-2"
+    ssh = lambda cmd: sandbox_nodes.ssh(node, cmd)[1].strip()  # noqa: E731
+    apply(sandbox_nodes.inventory_dir)
+    try:
+        ssh("DEBIAN_FRONTEND=noninteractive apt-get install -y -q systemd-oomd >/dev/null 2>&1; "
+            "systemctl enable -q --now systemd-oomd.service; true")
+        assert ssh("systemctl is-enabled systemd-oomd.service") == "enabled"
+        result = apply(sandbox_nodes.inventory_dir)
+        assert result.ok, json.dumps(result.as_dict(), indent=1, default=str)
+        assert ssh("systemctl is-enabled systemd-oomd.service systemd-oomd.socket").split() == ["masked", "masked"]
+        assert ssh("systemctl is-active systemd-oomd.service") != "active"
+        assert apply(sandbox_nodes.inventory_dir).changed == 0
+        audit = run_audit(load_inventory(sandbox_nodes.inventory_dir), limit=[node])
+        checks = {(h.host, c.name): c for h in audit.hosts for c in h.checks}
+        assert checks[(node, "earlyoom: one low-memory guard")].ok
+        # keep: the operator's choice stands; apply leaves an unmasked, enabled systemd-oomd alone.
+        ssh("systemctl unmask -q systemd-oomd.service systemd-oomd.socket; systemctl enable -q systemd-oomd.service")
+        kept = sandbox_nodes.inventory_with(tmp_path / "inv", extra_all_vars="    earlyoom: {systemd_oomd: keep}\n")
+        assert apply(kept).ok
+        assert ssh("systemctl is-enabled systemd-oomd.service") == "enabled"
+    finally:
+        ssh("systemctl unmask -q systemd-oomd.service systemd-oomd.socket; systemctl disable -q --now "
+            "systemd-oomd.service; DEBIAN_FRONTEND=noninteractive apt-get purge -y -q systemd-oomd >/dev/null 2>&1; true")
+        apply(sandbox_nodes.inventory_dir)

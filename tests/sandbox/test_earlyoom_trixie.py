@@ -20,10 +20,12 @@ from tests.replay import (
     GIB,
     LAUNCHES,
     NOHANG_MAX_LINE_PERCENT,
+    SHAPES,
     ReplayPlan,
     assert_incident_outcome,
     host_ballast,
     meminfo_kib,
+    print_matrix,
     remove_tools,
     run_cell,
     run_replay,
@@ -139,11 +141,17 @@ def nohang_lab(trixie_node, tmp_path_factory):
     assert run_deploy(load_inventory(trixie_node.inventory_dir), site_deploy).ok
 
 
-@pytest.mark.parametrize("launch", ["sparkguard-train", "python3 in a --memory cgroup"])
+NOHANG_MATRIX: list = []
+
+
+@pytest.mark.parametrize("launch", ["sparkguard-train", "python3 in a --memory cgroup", *SHAPES])
 def test_incident_replay_under_nohang_kills_the_trainer_first_and_spares_everything_else(
         trixie_node, nohang_lab, launch, record_property):
-    spec = LAUNCHES[launch]
+    spec = {**LAUNCHES, **SHAPES}[launch]
     result = run_cell(trixie_node, NODE, nohang_lab, spec, guard="nohang")
+    NOHANG_MATRIX.append(result)
+    if len(NOHANG_MATRIX) == 2 + len(SHAPES):
+        print_matrix("nohang 0.2.0 on Debian 13", NOHANG_MATRIX)
     assert_incident_outcome(result, spec)
     record_property("reaction_s", round(result.reaction_s, 3))
     report(f"\nnohang, {launch}: SIGTERM {result.reaction_s * 1000:.0f} ms after the line "

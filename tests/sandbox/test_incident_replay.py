@@ -15,8 +15,7 @@ import pytest
 from sparkguard.converge import site_deploy
 from sparkguard.inventory import load_inventory
 from sparkguard.runner import run_deploy
-from tests.replay import LAUNCHES, ReplayPlan, assert_incident_outcome, remove_tools, run_cell
-from tests.reporting import report
+from tests.replay import LAUNCHES, SHAPES, ReplayPlan, assert_incident_outcome, print_matrix, remove_tools, run_cell
 
 NODE = "node-1"
 MATRIX: list = []
@@ -38,24 +37,12 @@ def lab_lines(sandbox_nodes, tmp_path_factory):
     patch.undo()
     remove_tools(sandbox_nodes, NODE)
     assert run_deploy(load_inventory(sandbox_nodes.inventory_dir), site_deploy).ok
-    print_matrix()
+    print_matrix("earlyoom 1.7 on Debian 12", MATRIX)
 
 
-def print_matrix() -> None:
-    if not MATRIX:
-        return
-    report("\nincident replay matrix (earlyoom 1.7; bystanders: vLLM stand-in adj 300 with the larger RSS, "
-          "python3 notebook, open SSH session; reaction 0 ms = within the trainer's 50 ms sampling):")
-    report(f"  {'launch path':30} {'trainer adj':>11} {'first victim':>13} {'reaction':>9} {'bystanders':>10}")
-    for r in MATRIX:
-        reaction = f"{r.reaction_s * 1000:.0f} ms" if r.reaction_s is not None else "-"
-        report(f"  {r.launch:30} {r.hog_adj or '?':>11} {'trainer' if r.trainer_killed_first else 'OTHER':>13} "
-              f"{reaction:>9} {'survived' if r.bystanders_alive else 'HIT':>10}")
-
-
-@pytest.mark.parametrize("launch", LAUNCHES)
+@pytest.mark.parametrize("launch", list(LAUNCHES) + list(SHAPES))
 def test_trainer_is_killed_first_and_every_bystander_survives(sandbox_nodes, lab_lines, launch, record_property):
-    spec = LAUNCHES[launch]
+    spec = {**LAUNCHES, **SHAPES}[launch]
     result = run_cell(sandbox_nodes, NODE, lab_lines, spec)
     MATRIX.append(result)
     assert_incident_outcome(result, spec)

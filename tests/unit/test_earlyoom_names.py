@@ -16,14 +16,18 @@ import pytest
 from roles.earlyoom.names import avoid_regex, fragment_problem, prefer_regex, serving_regex
 
 # comm values as the kernel reports them (15 characters at most).
-TRAINING_COMMS = ["pt_elastic", "pt_data_worker", "pt_main_thread", "torchrun", "accelerate", "deepspeed",
-                  "tune", "axolotl", "llamafactory-cl"]
+TRAINING_COMMS = ["pt_elastic", "pt_main_thread", "accelerate", "deepspeed", "tune", "axolotl", "llamafactory-cl"]
+# Workers hold no memory of their own (their rank does) and `torchrun` is never a comm (it names itself
+# pt_elastic): a name bonus on them would send the first SIGTERM to the wrong process.
+NOT_PREFERRED_TRAINING = ["pt_data_worker", "torchrun"]
 PYTHON_COMMS = ["python", "python3", "python3.11", "python3.12"]
 NOT_TRAINING = ["VLLM::EngineCor", "VLLM::Worker_TP", "vllm", "sshd", "python3x11", "python3.", "mypython3",
                 "python3.11-dbg", "pt_main_thread2", "dockerd", "prometheus", "ollama", "tritonserver",
                 "gpu-ranking", "llama-server"]
-SERVING_COMMS = ["vllm", "VLLM::EngineCor", "VLLM::Worker_TP"]
-NOT_SERVING = ["vllm2", "myvllm", "VLLM::", "python3", "pt_elastic", "llama-server"]
+# vLLM, ollama (server and runners), llama.cpp, SGLang (setproctitle), TensorRT-LLM, Triton, TGI (truncated).
+SERVING_COMMS = ["vllm", "VLLM::EngineCor", "VLLM::Worker_TP", "ollama", "llama-server", "sglang::schedul",
+                 "sglang::detoken", "trtllm-serve", "tritonserver", "text-generation"]
+NOT_SERVING = ["vllm2", "myvllm", "VLLM::", "python3", "pt_elastic", "ollama2", "llama-cli", "sglang", "llama-server.x"]
 PROTECTED = ["sshd", "sshd-session", "systemd", "systemd-journal", "systemd-logind", "dbus-daemon", "earlyoom",
              "prometheus", "prometheus-node", "node_exporter", "containerd", "dockerd"]
 NOT_PROTECTED = ["pt_main_thread", "python3", "VLLM::EngineCore", "sshd2", "systemd-udevd", "containerd-shim",
@@ -48,6 +52,10 @@ def test_prefer_matches_training_processes():
     assert ere_search(prefer_regex(), TRAINING_COMMS) == set(TRAINING_COMMS)
 
 
+def test_prefer_never_names_a_worker_or_a_comm_that_does_not_exist():
+    assert ere_search(prefer_regex(), NOT_PREFERRED_TRAINING) == set()
+
+
 def test_current_pytorch_trainer_is_not_preferred_by_name_by_default():
     """torch >= 2.5 keeps comm python3: by default it is found by its GPU memory, not by +300 on its name."""
     assert ere_search(prefer_regex(), PYTHON_COMMS) == set()
@@ -63,7 +71,7 @@ def test_prefer_never_matches_vllm_or_system():
     assert ere_search(prefer_regex(plain_python=True), NOT_TRAINING) == set()
 
 
-def test_serving_names_are_vllm_engine_and_api_server_only():
+def test_serving_names_are_the_inference_servers_only():
     assert ere_search(serving_regex(), SERVING_COMMS) == set(SERVING_COMMS)
     assert ere_search(serving_regex(), NOT_SERVING) == set()
 

@@ -21,6 +21,7 @@ from sparkguard.facts import parse_probe
 from sparkguard.inventory import load_inventory
 from sparkguard.render import host_states
 from sparkguard.templating import render_template
+from tests.conftest import REPO
 
 BOOKWORM = {"earlyoom_version": "earlyoom v1.7", "nohang_candidate": "0.2.0-2"}
 NOBLE = {"earlyoom_version": "", "earlyoom_candidate": "1.7-2build1", "nohang_candidate": "0.2.0-1"}
@@ -118,8 +119,9 @@ def test_nohang_state_is_driven_by_the_same_settings(inventory_dir):
     assert services["nohang.service"].restart_on == (NOHANG_CONF, "/etc/systemd/system/nohang.service.d/50-sparkguard.conf",
                                                      NOHANG_ACTION)
     assert services["nohang-desktop.service"].masked is True and "earlyoom.service" not in services
-    [only] = state.ensures
+    only, oomd = state.ensures
     assert "earlyoom.service" in only.check and "nohang.service" not in only.check
+    assert "systemd-oomd.service" in oomd.check and "mask" in oomd.fix
 
 
 def test_earlyoom_state_stops_nohang_and_ships_no_nohang_file(inventory_dir):
@@ -128,8 +130,11 @@ def test_earlyoom_state_stops_nohang_and_ships_no_nohang_file(inventory_dir):
         assert state.packages == ("earlyoom", "python3")
         assert not [f for f in state.files if "nohang" in f.path]
         assert "-m 8,4 -s 100,100" in state.file("/etc/default/earlyoom").content
-        [only] = state.ensures
+        only, oomd = state.ensures
         assert "nohang.service nohang-desktop.service" in only.check and "earlyoom.service" not in only.check
+        assert oomd.description.startswith("systemd-oomd is not a second guard")
+    kept = _states(inventory_dir, BOOKWORM, "systemd_oomd: keep")
+    assert [e.description for e in kept.ensures] == ["earlyoom is the only low-memory guard"]
 
 
 def test_render_of_an_auto_host_is_the_earlyoom_variant_and_a_declared_nohang_host_renders_exactly(inventory_dir):
@@ -160,14 +165,18 @@ def test_audit_probes_both_variants_of_an_auto_host(inventory_dir):
     assert guard_module.live_alternatives(load_inventory(declared).host("h").config) == ()
 
 
-def _action_script(tmp_path: Path, group: bool) -> tuple[Path, Path]:
+RECORDER = REPO / "roles" / "earlyoom" / "guard-record.sh"
+
+
+def _action_script(tmp_path: Path, group: bool, jobs: str = "") -> tuple[Path, Path]:
     """nohang's action script, rendered against a spool in tmp_path (a real shell, real signals)."""
     spool, marks = tmp_path / "spool", tmp_path / "marks"
     spool.mkdir()
     marks.mkdir()
+    (tmp_path / "gpu-jobs").write_text(jobs)
     script = tmp_path / "nohang-action"
     script.write_text(render_template("earlyoom/nohang-action.sh.j2", spool_dir=str(spool), marks_dir=str(marks),
-                                      group=group))
+                                      group=group, recorder=str(RECORDER), jobs_file=str(tmp_path / "gpu-jobs")))
     script.chmod(0o755)
     return script, spool
 
@@ -177,7 +186,12 @@ def action(tmp_path):
     return _action_script(tmp_path, group=False)
 
 
-def _events(spool: Path) -> list[dict]:
+def _events(spool: Path, wait_for: int = 0) -> list[dict]:
+    """The events in the spool; with ``wait_for``, first wait (5 s at most) until there are that many:
+    the recorder writes each one only once its victim is gone."""
+    deadline = time.time() + 5
+    while len(list(spool.glob("*.event"))) < wait_for and time.time() < deadline:
+        time.sleep(0.05)
     return [dict(line.split("=", 1) for line in p.read_text().splitlines()) for p in sorted(spool.glob("*.event"))]
 
 
@@ -187,15 +201,17 @@ def test_action_terms_records_and_an_escalation_is_not_counted_twice(action):
     time.sleep(0.1)
     assert subprocess.run([str(script), "term", str(victim.pid)]).returncode == 0
     assert victim.wait(timeout=5) == -signal.SIGTERM
-    [event] = _events(spool)
+    [event] = _events(spool, wait_for=1)
+    time.sleep(0.3)
     assert list(spool.iterdir()) == list(spool.glob("*.event"))   # only events: the spool's path unit re-fires otherwise
-    assert event == {"pid": str(victim.pid), "uid": str(os.getuid()), "name": "sleep", "signal": "SIGTERM"}
+    assert {k: event[k] for k in ("pid", "uid", "name", "signal", "gone", "job")} == {
+        "pid": str(victim.pid), "uid": str(os.getuid()), "name": "sleep", "signal": "SIGTERM", "gone": "yes", "job": ""}
     # nohang's SIGKILL of the same victim afterwards: logged, not a second victim.
     run = subprocess.run([str(script), "killed", str(victim.pid), "sleep"], capture_output=True, text=True)
     assert run.returncode == 0 and "escalated" in run.stderr and len(_events(spool)) == 1
     # A SIGKILL with no SIGTERM before it (memory fell straight below the kill line) is counted.
-    subprocess.run([str(script), "killed", "999999", "llama-server"], check=True, capture_output=True)
-    assert [e["signal"] for e in _events(spool)].count("SIGKILL") == 1
+    subprocess.run([str(script), "killed", "999999", "jaxtrain"], check=True, capture_output=True)
+    assert [e["signal"] for e in _events(spool, wait_for=2)].count("SIGKILL") == 1
 
 
 @pytest.mark.parametrize("args", [["term"], ["term", "$(touch /tmp/x)"], ["bogus", "1"]])
@@ -216,7 +232,7 @@ def test_action_with_kill_process_group_terms_the_whole_group(tmp_path):
     while Path(f"/proc/{worker}").exists() and time.time() < deadline:
         time.sleep(0.05)
     assert not Path(f"/proc/{worker}").exists() or "Z" in Path(f"/proc/{worker}/stat").read_text().split()[2]
-    assert [e["signal"] for e in _events(spool)] == ["SIGTERM"]
+    assert [e["signal"] for e in _events(spool, wait_for=1)] == ["SIGTERM"]
 
 
 def test_collector_counts_only_the_guards_events_and_never_blocks(tmp_path):

@@ -1,4 +1,4 @@
-"""The class order (training > GPU holder > serving > other > avoid) as arithmetic, table-driven.
+"""The class order (training > GPU holder > other > serving > avoid) as arithmetic, table-driven.
 
 Each row is a node's processes as the kernel scores them: RSS in permille of
 RAM + swap (what /proc/PID/oom_score uses), oom_score_adj as sparkguard and its
@@ -43,30 +43,42 @@ LAUNCHES = {
     # Unmarked, found by the agent through the 80 GiB nvidia-smi reports.
     "plain python3": holder("python3", 3, 80),
     "docker run (container pid)": holder("python", 3, 80),
-    "llama-server": holder("llama-server", 1.5, 60),
+    "JAX job": holder("jaxtrain", 1.5, 60),
     "JAX job holding little": holder("python3.12", 2, 4),
+    # Not yet looked at by the agent (a fast start, no nvidia-smi, the agent down): adj 0, still above serving.
+    "plain python3, not yet ranked": Candidate("python3", permille(3), vo.OTHER_ADJ),
 }
+# The notebook outranks a trainer the agent has not ranked only by RSS: what the agent is for.
+NEEDS_THE_AGENT = {"plain python3, not yet ranked"}
 
 
 @pytest.mark.parametrize("launch", LAUNCHES)
 def test_trainer_is_first_victim_for_earlyoom_and_kernel(launch):
     trainer = LAUNCHES[launch]
-    node = [trainer, *BYSTANDERS]
+    node = [trainer, *BYSTANDERS] if launch not in NEEDS_THE_AGENT else [trainer, VLLM, VLLM_API, SSH_SESSION, SSHD]
     assert vo.earlyoom_victim(node) is trainer
     assert vo.kernel_victim(node) is trainer
 
 
 @pytest.mark.parametrize("upper,lower", [
     (LAUNCHES["sparkguard-train"], LAUNCHES["plain python3"]),
-    (LAUNCHES["plain python3"], VLLM),
-    (LAUNCHES["JAX job holding little"], VLLM),
-    (VLLM, NOTEBOOK),
-    (NOTEBOOK, SSH_SESSION),
+    (LAUNCHES["plain python3"], NOTEBOOK),
+    (LAUNCHES["JAX job holding little"], NOTEBOOK),
+    (NOTEBOOK, VLLM),
+    (LAUNCHES["plain python3, not yet ranked"], VLLM),
     (JOURNALD, SSHD),
 ])
 def test_each_class_outranks_the_next(upper, lower):
     assert vo.earlyoom_victim([lower, upper]) is upper
     assert vo.kernel_victim([lower, upper]) is upper
+
+
+def test_serving_outranks_the_avoid_list_for_the_guard_but_not_for_the_kernel():
+    """earlyoom's and nohang's -300 for the avoid list puts an SSH session below serving; the kernel's own
+    OOM killer sees no name bonus and takes the session's shell (adj 0) first: the listener stays -1000,
+    so a new login still works, and the kernel acts only after the guard did not."""
+    assert vo.earlyoom_victim([SSH_SESSION, VLLM]) is VLLM
+    assert vo.kernel_victim([SSH_SESSION, VLLM]) is SSH_SESSION
 
 
 def test_sshd_listener_is_never_a_candidate():
@@ -76,14 +88,16 @@ def test_sshd_listener_is_never_a_candidate():
 
 def test_bands_are_ordered_and_inside_the_kernel_range():
     holder_max = vo.HOLDER_BASE_ADJ + vo.HOLDER_SPAN
-    assert vo.OOM_SCORE_ADJ_MAX == vo.TRAINING_ADJ > holder_max >= vo.HOLDER_BASE_ADJ > vo.SERVING_ADJ > vo.OTHER_ADJ
+    assert vo.OOM_SCORE_ADJ_MAX == vo.TRAINING_ADJ > holder_max >= vo.HOLDER_BASE_ADJ > vo.OTHER_ADJ > vo.SERVING_ADJ
+    assert vo.SERVING_ADJ > vo.OOM_SCORE_ADJ_MIN          # serving stays killable
 
 
 @pytest.mark.parametrize("upper_adj,lower_adj,expected_gap", [
     (vo.TRAINING_ADJ, vo.OTHER_ADJ, 1000),                           # mix-proof
     (vo.TRAINING_ADJ, vo.HOLDER_BASE_ADJ + vo.HOLDER_SPAN, 200),
-    (vo.HOLDER_BASE_ADJ, vo.SERVING_ADJ, 300),
-    (vo.SERVING_ADJ, vo.OTHER_ADJ, 300),
+    (vo.HOLDER_BASE_ADJ, vo.OTHER_ADJ, 600),
+    (vo.OTHER_ADJ, vo.SERVING_ADJ, 300),
+    (vo.HOLDER_BASE_ADJ, vo.SERVING_ADJ, 900),
 ])
 def test_documented_gaps(upper_adj, lower_adj, expected_gap):
     assert vo.gap(upper_adj, lower_adj) == expected_gap
@@ -102,8 +116,8 @@ def test_training_outranks_everything_else_for_every_rss_mix_that_fits():
 
 
 @pytest.mark.parametrize("upper,lower_adj", [
-    (LAUNCHES["plain python3"], vo.SERVING_ADJ),
-    (Candidate("serving", permille(6), vo.SERVING_ADJ), vo.OTHER_ADJ),
+    (LAUNCHES["plain python3"], vo.OTHER_ADJ),
+    (Candidate("notebook", permille(6), vo.OTHER_ADJ), vo.SERVING_ADJ),
 ])
 def test_gap_is_the_exact_boundary(upper, lower_adj):
     """The order holds until the lower class's RSS exceeds the upper's by the gap, then flips: as documented."""
@@ -123,10 +137,22 @@ def test_holder_band_grows_with_the_share_and_stays_below_training():
     assert vo.holder_adj(10, 0) == vo.HOLDER_BASE_ADJ
 
 
-def test_the_incident_mix_without_the_agent_kills_serving():
-    """Why the agent exists: name rules alone rank an unmarked python3 trainer below serving."""
+def test_the_incident_mix_without_the_agent_spares_serving_and_may_hit_the_notebook():
+    """Serving's safety does not hang on the agent; the notebook's does (an unranked trainer ties it on adj)."""
     unranked_trainer = Candidate("python3", permille(3), vo.OTHER_ADJ)
-    assert vo.earlyoom_victim([unranked_trainer, *BYSTANDERS]) is VLLM
+    assert vo.earlyoom_victim([unranked_trainer, *BYSTANDERS]) is NOTEBOOK     # larger RSS than the trainer
+    assert vo.kernel_victim([unranked_trainer, *BYSTANDERS]) is NOTEBOOK
+    assert vo.earlyoom_victim([unranked_trainer, VLLM, VLLM_API, SSH_SESSION, SSHD, JOURNALD]) is unranked_trainer
+
+
+@pytest.mark.parametrize("serving_rss_gib", [0.5, 6, 20, 40])
+def test_a_not_yet_ranked_gpu_process_outranks_serving_whatever_servings_rss(serving_rss_gib):
+    """The fast-start window: a new GPU process at adj 0 before any agent pass still goes before serving,
+    unless serving's RSS is 300 permille (41 GiB on a Spark) larger."""
+    serving = Candidate("VLLM::EngineCor", permille(serving_rss_gib), vo.SERVING_ADJ)
+    new_trainer = Candidate("python3", permille(0.5), vo.OTHER_ADJ)
+    assert vo.earlyoom_victim([serving, new_trainer]) is new_trainer
+    assert vo.kernel_victim([serving, new_trainer]) is new_trainer
 
 
 def test_docstring_examples_hold():
