@@ -24,6 +24,7 @@ import dataclasses
 import re
 from dataclasses import dataclass
 
+from .layout import TEXTFILE_DIR
 from .templating import render_template
 
 TEMPLATE = "monitoring/alert-rules.yml.j2"
@@ -31,6 +32,7 @@ TEMPLATE = "monitoring/alert-rules.yml.j2"
 _DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 _METRIC_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
+_UNIT_NAME = re.compile(r"^[a-zA-Z0-9:_.@-]+\.(?:service|timer)$")
 
 
 def duration_seconds(text: str) -> int:
@@ -155,6 +157,32 @@ class AlertThresholds:
     """How long up{job=...} may be 0 (or absent) before NodeExporterDown fires. A hung unified-memory
     node shows up exactly like this: the last memory samples, then nothing."""
 
+    # --- NodeTextfileScrapeError: sparkguard's textfile metrics are not being read ---
+    textfile_error_for: str = "3m"
+    """How long node_exporter may report ``node_textfile_scrape_error`` 1 before NodeTextfileScrapeError fires.
+    sparkguard's writers replace their files atomically, so a parse error is not a passing state: it lasts
+    until the bad line is gone (a GPU process name, a hand-made .prom file)."""
+
+    # --- SparkguardMetricsStale: a textfile writer stopped ---
+    gpu_ranking_timestamp_metric: str = "sparkguard_gpu_ranking_last_pass_timestamp_seconds"
+    """Textfile gauge the GPU ranking agent writes on every pass (every ``gpu_ranking_interval_s``, 2 s)."""
+    gpu_ranking_unit: str = "sparkguard-gpu-ranking.service"
+    """The agent's systemd unit. A node whose systemd collector reports it runs the agent (earlyoom.gpu_ranking),
+    so a missing timestamp there is stale too; a node without the unit is not asked for one."""
+    gpu_ranking_stale_after: str = "5m"
+    """SparkguardMetricsStale fires when the agent's last pass is older than this (150 of its 2 s passes)."""
+    node_metrics_timestamp_metric: str = "sparkguard_node_metrics_timestamp_seconds"
+    """Textfile gauge node-metrics writes on every run (sparkguard-node-metrics.timer, every
+    ``monitoring.node_exporter.metrics_interval_s``, 15 s)."""
+    node_metrics_unit: str = "sparkguard-node-metrics.service"
+    """node-metrics' systemd unit (started by its timer); named in the alert's ``unit`` label."""
+    node_metrics_stale_after: str = "5m"
+    """SparkguardMetricsStale fires when node-metrics' timestamp is older than this. Keep it well above
+    ``metrics_interval_s`` (20 runs at the default 15 s); raise it if that interval is raised past 2 minutes."""
+    metrics_stale_for: str = "2m"
+    """How long a timestamp must stay too old (or missing where its writer should run) before
+    SparkguardMetricsStale fires; also the grace a freshly booted node has to write its first one."""
+
     # --- names ---
     node_job: str = "node"
     """Prometheus job name of the node exporters (the textfile metrics come through the same job)."""
@@ -180,11 +208,14 @@ class AlertThresholds:
             problems.append(f"psi_full_threshold is a fraction of time, in (0, 1); got {self.psi_full_threshold}")
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
-            if field.name.endswith(("_for", "_window", "_lookback")):
+            if field.name.endswith(("_for", "_window", "_lookback", "_after")):
                 try:
-                    duration_seconds(value)
+                    seconds = duration_seconds(value)
                 except (TypeError, ValueError) as error:
                     problems.append(f"{field.name}: {error}")
+                    continue
+                if field.name.endswith("_after") and seconds <= 0:
+                    problems.append(f"{field.name}: must be longer than 0, got {value!r}")
             elif field.name.endswith("_metric") and not _METRIC_NAME.match(str(value)):
                 problems.append(f"{field.name}: not a metric name: {value!r}")
         try:
@@ -199,6 +230,10 @@ class AlertThresholds:
             value = getattr(self, name)
             if not value or any(c in value for c in '"\\\n{}'):
                 problems.append(f"{name}: empty or contains quotes, braces or backslashes: {value!r}")
+        for name in ("gpu_ranking_unit", "node_metrics_unit"):
+            # a label value in label_replace (where $ would expand) and a selector's name="..."
+            if not _UNIT_NAME.match(getattr(self, name)):
+                problems.append(f"{name}: not a systemd unit name: {getattr(self, name)!r}")
         if problems:
             raise ValueError("invalid alert thresholds: " + "; ".join(problems))
 
@@ -505,6 +540,72 @@ def _node_exporter_down(t: AlertThresholds, n: _Names) -> Rule:
     }
 
 
+def _node_textfile_scrape_error(t: AlertThresholds, n: _Names) -> Rule:
+    return {
+        "alert": "NodeTextfileScrapeError",
+        "expr": f"node_textfile_scrape_error{{{n.job}}} == 1",
+        "for": t.textfile_error_for,
+        "severity": "warning",
+        "summary": "{{ $labels.instance }}: node_exporter cannot read a textfile: sparkguard's own metrics are "
+                   "missing",
+        "description": (
+            f"node_exporter on {{{{ $labels.instance }}}} failed to parse a file in its textfile directory "
+            f"({TEXTFILE_DIR}) and exports none of that file's metrics. sparkguard's metrics live there "
+            f"(sparkguard_*.prom: the guard's kill counters, node-metrics, the GPU ranking agent), so the alerts "
+            f"built on them are blind: EarlyoomKilledProcess, SwapOnDuringTraining, MemoryOutsideCgroups, "
+            f"SparkguardMetricsStale and KernelOomKilledProcess's victim names. "
+            f"`journalctl -u prometheus-node-exporter -g textfile` names the file and the error, "
+            f"`promtool check metrics < {TEXTFILE_DIR}/FILE` the line. A line a process name put there (a GPU "
+            f"process named by a local user) is a node-metrics bug: report it; remove any file that is not "
+            f"sparkguard's or your own."
+        ),
+    }
+
+
+def _sparkguard_metrics_stale(t: AlertThresholds, n: _Names) -> Rule:
+    error = f"node_textfile_scrape_error{{{n.job}}} == 1"
+
+    def branch(metric: str, stale_after: str, expected: str, unit: str) -> str:
+        series = f"{metric}{{{n.job}}}"
+        return (
+            f"label_replace(\n"
+            f"  time() - {series} > {duration_seconds(stale_after)}\n"
+            f"  or\n"
+            f"  (\n"
+            f"    {expected}\n"
+            f"      unless on(instance) {series}\n"
+            f"      unless on(instance) {error}\n"
+            f"  ),\n"
+            f"  \"unit\", \"{unit}\", \"\", \"\"\n"
+            f")"
+        )
+
+    ranking = branch(t.gpu_ranking_timestamp_metric, t.gpu_ranking_stale_after,
+                     f'group without(name, state, type) (node_systemd_unit_state{{{n.job},name="{t.gpu_ranking_unit}"}})',
+                     t.gpu_ranking_unit)
+    node_metrics = branch(t.node_metrics_timestamp_metric, t.node_metrics_stale_after, f"up{{{n.job}}} == 1",
+                          t.node_metrics_unit)
+    return {
+        "alert": "SparkguardMetricsStale",
+        "expr": f"{ranking}\nor\n{node_metrics}",
+        "for": t.metrics_stale_for,
+        "severity": "warning",
+        "summary": "{{ $labels.instance }}: {{ $labels.unit }} has stopped refreshing its metrics",
+        "description": (
+            f"{{{{ $labels.unit }}}} on {{{{ $labels.instance }}}} has not written its textfile metrics for "
+            f"longer than its limit ({t.gpu_ranking_unit} {t.gpu_ranking_stale_after}, {t.node_metrics_unit} "
+            f"{t.node_metrics_stale_after}), or they are missing where it runs. node_exporter still serves the "
+            f"last values, so what reads them sees a frozen past: with the GPU ranking agent stuck, new GPU jobs "
+            f"are not ranked by the memory they hold and earlyoom or the kernel may kill the wrong process; "
+            f"with node-metrics stuck, SwapOnDuringTraining, MemoryOutsideCgroups and the kernel OOM victims "
+            f"are blind. `systemctl status {{{{ $labels.unit }}}}` (node-metrics runs from "
+            f"{t.node_metrics_unit.rsplit('.', 1)[0]}.timer: check that it is active), `journalctl -u "
+            f"{{{{ $labels.unit }}}}`, then `systemctl restart {{{{ $labels.unit }}}}` or rerun sparkguard apply. "
+            f"A node clock off by minutes looks stale too: check `timedatectl`."
+        ),
+    }
+
+
 def _watchdog(t: AlertThresholds, n: _Names) -> Rule:
     return {
         # The dead man's switch (the kube-prometheus "Watchdog" pattern): silence itself must page.
@@ -535,6 +636,8 @@ RULES = (
     _swap_on_during_training,
     _memory_outside_cgroups,
     _node_exporter_down,
+    _node_textfile_scrape_error,
+    _sparkguard_metrics_stale,
     _watchdog,
 )
 

@@ -33,6 +33,7 @@ ALERTS = (
     "NodeMemoryAvailableLow", "NodeMemoryAvailableCritical", "NodeMemoryExhaustionForecast",
     "NodeSwapActivity", "NodeMemoryPressureStall", "EarlyoomDown", "EarlyoomKilledProcess",
     "KernelOomKilledProcess", "SwapOnDuringTraining", "MemoryOutsideCgroups", "NodeExporterDown",
+    "NodeTextfileScrapeError", "SparkguardMetricsStale",
 )
 MEMORY_ALERTS = ("NodeMemoryAvailableLow", "NodeMemoryAvailableCritical", "NodeMemoryExhaustionForecast")
 
@@ -141,11 +142,33 @@ class Scenario:
 
 
 # ---------------------------------------------------------------- scenarios
+def written_at(end: int, lag: int = 5) -> list[float]:
+    """A textfile timestamp gauge whose writer runs: at minute m it reads ``lag`` seconds before the scrape
+    (promtool's clock starts at 0, so time() at minute m is 60 m)."""
+    return [float(max(0, 60 * m - lag)) for m in range(end + 1)]
+
+
+def textfile_series(end: int, labels: dict | None = None) -> list[Series]:
+    """sparkguard's textfile writers, healthy: node_exporter parses every file, node-metrics and the GPU ranking
+    agent (its unit reported by the systemd collector, active) refresh their timestamps."""
+    n = end + 1
+    labels = dict(NODE) if labels is None else labels
+    return [
+        Series("node_textfile_scrape_error", [0.0] * n, dict(labels)),
+        Series("sparkguard_node_metrics_timestamp_seconds", written_at(end), dict(labels)),
+        Series("sparkguard_gpu_ranking_last_pass_timestamp_seconds", written_at(end, lag=1), dict(labels)),
+        Series("node_systemd_unit_state", [1.0] * n,
+               {**labels, "name": "sparkguard-gpu-ranking.service", "state": "active"}),
+        Series("node_systemd_unit_state", [0.0] * n,
+               {**labels, "name": "sparkguard-gpu-ranking.service", "state": "failed"}),
+    ]
+
+
 def healthy_series(end: int, available: list[float], total: float = INCIDENT_MEMTOTAL) -> list[Series]:
     """A well-kept node: exporter up, earlyoom active, no swap, training mode on, no stall, no kernel OOM kill
-    since boot."""
+    since boot, sparkguard's textfile metrics read and fresh."""
     n = end + 1
-    return [
+    return textfile_series(end) + [
         Series("node_memory_MemTotal_bytes", [total] * n),
         Series("node_memory_MemAvailable_bytes", available),
         Series("node_memory_SwapTotal_bytes", [0.0] * n),
@@ -172,7 +195,8 @@ def incident(end: int = 110) -> Scenario:
     16 GB swap; pswpout 9.7 GB / 5 min from 10:33 then 2000 pages/s, pswpin 1500 pages/s
     from 10:35; PSI full 1-3 % from 10:18, 30 % once swapping starts; no earlyoom installed;
     training mode on; 10 GB of the used memory charged to cgroups (container 7.7 GB + system); no kernel
-    OOM kill (the node swapped and hung instead). After 11:07 the node's series go stale and ``up`` is 0
+    OOM kill (the node swapped and hung instead); sparkguard's textfile writers (node-metrics, the GPU ranking
+    agent) fresh to the last scrape. After 11:07 the node's series go stale and ``up`` is 0
     (the scrape fails).
     """
     last = INCIDENT_LAST_SCRAPE
@@ -196,7 +220,7 @@ def incident(end: int = 110) -> Scenario:
         Series("sparkguard_training_mode", stop([1.0] * n)),
         Series("sparkguard_memory_outside_cgroups_bytes", stop(outside)),
         Series("up", [1.0] * n + [0.0] * (end - last)),
-    ]
+    ] + [Series(s.name, stop(s.values), s.labels) for s in textfile_series(last)]
     return Scenario("incident replay (time 0 = 09:48 UTC)", series, end)
 
 

@@ -568,3 +568,164 @@ def test_the_kernel_oom_replay_has_teeth(promtool, tmp_path):
     doc = rules_doc(render_alert_rules())
     doc["groups"][0]["rules"] = [r for r in doc["groups"][0]["rules"] if r["alert"] != "KernelOomKilledProcess"]
     assert promtool_test(tmp_path, [expect(kernel_oom_scenario())], rules_text=yaml.safe_dump(doc)).returncode != 0
+
+
+# ------------------------------------------------------------------ sparkguard's own textfile metrics
+def on_node(series: list[Series], instance: str) -> list[Series]:
+    """The same series for another node (instance label replaced)."""
+    return [Series(s.name, list(s.values), {**s.labels, "instance": instance}) for s in series]
+
+
+def test_textfile_alerts_render():
+    """The scrape-error alert reads node_exporter's own gauge; the staleness alert asks for the GPU ranking
+    agent's timestamp only where the agent's unit is reported, for node-metrics' wherever the exporter is up."""
+    rules = rules_by_name(render_alert_rules())
+    error = rules["NodeTextfileScrapeError"]
+    assert error["expr"].strip() == 'node_textfile_scrape_error{job="node"} == 1'
+    assert (error["for"], error["labels"]["severity"]) == ("3m", "warning")
+    stale = rules["SparkguardMetricsStale"]
+    expr = stale["expr"]
+    assert 'time() - sparkguard_gpu_ranking_last_pass_timestamp_seconds{job="node"} > 300' in expr
+    assert 'time() - sparkguard_node_metrics_timestamp_seconds{job="node"} > 300' in expr
+    assert 'node_systemd_unit_state{job="node",name="sparkguard-gpu-ranking.service"}' in expr
+    assert "absent(" not in expr    # a node without the agent must not page forever
+    assert (stale["for"], stale["labels"]["severity"]) == ("2m", "warning")
+    moved = rules_by_name(render_alert_rules(AlertThresholds(
+        gpu_ranking_stale_after="90s", node_metrics_stale_after="1h", gpu_ranking_unit="my-ranker.service",
+        node_metrics_timestamp_metric="my_ts", textfile_error_for="10m")))
+    assert "sparkguard_gpu_ranking_last_pass_timestamp_seconds{job=\"node\"} > 90" in moved["SparkguardMetricsStale"]["expr"]
+    assert 'time() - my_ts{job="node"} > 3600' in moved["SparkguardMetricsStale"]["expr"]
+    assert 'name="my-ranker.service"' in moved["SparkguardMetricsStale"]["expr"]
+    assert moved["NodeTextfileScrapeError"]["for"] == "10m"
+
+
+def test_textfile_alerts_do_not_depend_on_the_host_config():
+    """One rules file watches every node target (peers included), so whether a node runs the GPU ranking agent
+    is read from that node's own systemd collector, never from the rendering host's earlyoom.gpu_ranking."""
+    from roles.earlyoom.settings import EarlyoomSettings
+
+    assert render_alert_rules(AlertThresholds.from_earlyoom(EarlyoomSettings(gpu_ranking=False))) == \
+        render_alert_rules(AlertThresholds.from_earlyoom(EarlyoomSettings(gpu_ranking=True)))
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(gpu_ranking_unit='x"} or vector(1) #'), "gpu_ranking_unit"),
+    (dict(node_metrics_unit="node-metrics$1.service"), "node_metrics_unit"),
+    (dict(gpu_ranking_stale_after="0s"), "gpu_ranking_stale_after"),
+    (dict(node_metrics_stale_after="five minutes"), "node_metrics_stale_after"),
+    (dict(gpu_ranking_timestamp_metric="last pass"), "gpu_ranking_timestamp_metric"),
+    (dict(textfile_error_for="3"), "textfile_error_for"),
+])
+def test_bad_textfile_thresholds_are_refused(change, message):
+    with pytest.raises(ValueError, match=message):
+        AlertThresholds(**change)
+
+
+def textfile_error_scenario() -> Scenario:
+    """A GPU process whose name ends in a backslash breaks sparkguard_node.prom from minute 10 to 24:
+    node_exporter reports node_textfile_scrape_error 1 and drops every metric of that file (training mode,
+    node-metrics' timestamp). spark-02 is a healthy node beside it."""
+    end = 40
+    n = end + 1
+    sc = Scenario("node-metrics' textfile unreadable", healthy_series(end, [60 * GB] * n), end)
+    sc.get("node_textfile_scrape_error").values = [0.0] * 10 + [1.0] * 15 + [0.0] * (n - 25)
+    for name in ("sparkguard_node_metrics_timestamp_seconds", "sparkguard_training_mode"):
+        series = sc.get(name)
+        series.values = series.values[:10] + ["stale"] + [None] * 14 + series.values[25:]
+    sc.series += on_node(healthy_series(end, [60 * GB] * n), "spark-02:9100")
+    return sc
+
+
+def test_textfile_scrape_error_fires_and_nothing_else_does(promtool, tmp_path):
+    """NodeTextfileScrapeError fires after 3 minutes and clears with the file; the missing node-metrics
+    timestamp does not page a second time (SparkguardMetricsStale stays quiet), nor does anything else."""
+    sc = textfile_error_scenario()
+    firing = set(range(13, 25))
+    for minute in range(sc.end + 1):
+        sc.expect[("NodeTextfileScrapeError", minute)] = [dict(NODE)] if minute in firing else []
+    sc.expect_quiet([a for a in ALERTS if a != "NodeTextfileScrapeError"], range(sc.end + 1))
+    assert_passes(promtool_test(tmp_path, [sc]))
+
+
+def stale_scenario() -> Scenario:
+    """Five nodes, 40 minutes:
+
+    - spark-01: the GPU ranking agent hangs at minute 10 (its timestamp stays 599 s) and is restarted at 30;
+    - spark-02: node-metrics' timer stops after minute 5 (its timestamp stays 295 s);
+    - spark-03: no GPU ranking agent (earlyoom.gpu_ranking: false): no unit, no timestamp, ever;
+    - spark-04: the agent's unit failed at start and node-metrics never ran: both timestamps missing;
+    - spark-05: node_exporter dies at minute 20 (all its series stop, up 0): NodeExporterDown's job.
+    """
+    end = 40
+    n = end + 1
+    healthy = healthy_series(end, [60 * GB] * n)
+    sc = Scenario("stale sparkguard textfile metrics", on_node(healthy, INSTANCE), end)   # copies
+    ranking = sc.get("sparkguard_gpu_ranking_last_pass_timestamp_seconds")
+    ranking.values = ranking.values[:10] + [599.0] * 20 + ranking.values[30:]
+
+    spark02 = on_node(healthy, "spark-02:9100")
+    [node_metrics] = [s for s in spark02 if s.name == "sparkguard_node_metrics_timestamp_seconds"]
+    node_metrics.values = node_metrics.values[:6] + [295.0] * (n - 6)
+
+    spark03 = [s for s in on_node(healthy, "spark-03:9100") if s.name != "sparkguard_gpu_ranking_last_pass_timestamp_seconds"
+               and s.labels.get("name") != "sparkguard-gpu-ranking.service"]
+
+    spark04 = [s for s in on_node(healthy, "spark-04:9100") if s.name not in (
+        "sparkguard_gpu_ranking_last_pass_timestamp_seconds", "sparkguard_node_metrics_timestamp_seconds")]
+    for s in spark04:
+        if s.labels.get("name") == "sparkguard-gpu-ranking.service":
+            s.values = [1.0 if s.labels["state"] == "failed" else 0.0] * n
+
+    spark05 = on_node(healthy, "spark-05:9100")
+    for s in spark05:
+        s.values = [1.0] * 20 + [0.0] * (n - 20) if s.name == "up" else stop_after(s.values, 19)
+
+    sc.series += spark02 + spark03 + spark04 + spark05
+    return sc
+
+
+def test_stale_textfile_metrics(promtool, tmp_path):
+    """SparkguardMetricsStale: an old timestamp (5m) for 2m, or a missing one where its writer should run;
+    never for a node without the agent or an unreachable exporter. Every other alert stays quiet (spark-05's
+    NodeExporterDown aside)."""
+    sc = stale_scenario()
+    ranking = {**NODE, "unit": "sparkguard-gpu-ranking.service"}
+    spark02 = {"instance": "spark-02:9100", "job": "node", "unit": "sparkguard-node-metrics.service"}
+    spark04 = [{"instance": "spark-04:9100", "job": "node", "unit": "sparkguard-gpu-ranking.service"},
+               {"instance": "spark-04:9100", "job": "node", "unit": "sparkguard-node-metrics.service"}]
+    for minute in range(sc.end + 1):
+        firing = list(spark04) if minute >= 2 else []       # pending at 0 and 1
+        if minute >= 12:                                     # 300 s old at 10 (595 - 295), for 2m
+            firing.append(spark02)
+        if 17 <= minute < 30:                                # 300 s old at 15 (900 - 599), for 2m
+            firing.append(ranking)
+        sc.expect[("SparkguardMetricsStale", minute)] = firing
+    sc.expect_quiet([a for a in ALERTS if a not in ("SparkguardMetricsStale", "NodeExporterDown")],
+                    range(sc.end + 1))
+    sc.expect_quiet(["NodeExporterDown"], range(20))
+    assert_passes(promtool_test(tmp_path, [sc]))
+
+
+def test_stale_replay_has_teeth(promtool, tmp_path):
+    """A 30-minute staleness limit, or no rule, fails the stale replay; so do rules that ask every node for
+    the agent's timestamp (spark-03 has none and must stay quiet)."""
+    def expect(sc):
+        sc.expect[("SparkguardMetricsStale", 17)] = [
+            {**NODE, "unit": "sparkguard-gpu-ranking.service"},
+            {"instance": "spark-02:9100", "job": "node", "unit": "sparkguard-node-metrics.service"},
+            {"instance": "spark-04:9100", "job": "node", "unit": "sparkguard-gpu-ranking.service"},
+            {"instance": "spark-04:9100", "job": "node", "unit": "sparkguard-node-metrics.service"}]
+        return sc
+    assert_passes(promtool_test(tmp_path, [expect(stale_scenario())]))
+    late = promtool_test(tmp_path, [expect(stale_scenario())],
+                         rules_text=render_alert_rules(AlertThresholds(gpu_ranking_stale_after="30m")))
+    assert late.returncode != 0
+    doc = rules_doc(render_alert_rules())
+    rule = next(r for r in doc["groups"][0]["rules"] if r["alert"] == "SparkguardMetricsStale")
+    rule["expr"] = rule["expr"].replace(
+        'group without(name, state, type) (node_systemd_unit_state{job="node",name="sparkguard-gpu-ranking.service"})',
+        'up{job="node"} == 1')
+    everywhere = promtool_test(tmp_path, [expect(stale_scenario())], rules_text=yaml.safe_dump(doc))
+    assert everywhere.returncode != 0 and "spark-03" in everywhere.stdout + everywhere.stderr
+    doc["groups"][0]["rules"] = [r for r in doc["groups"][0]["rules"] if r["alert"] != "SparkguardMetricsStale"]
+    assert promtool_test(tmp_path, [expect(stale_scenario())], rules_text=yaml.safe_dump(doc)).returncode != 0
