@@ -48,6 +48,13 @@ def _rows(model: type[BaseModel], prefix: str) -> list[str]:
         limits = ", ".join(_limit(k, v) for m in info.metadata
                            if dataclasses.is_dataclass(m) and not isinstance(m, type)
                            for k, v in dataclasses.asdict(m).items() if v is not None)
+        kind = extra.get("operator_file")
+        if isinstance(kind, str):
+            from .operator_files import KINDS
+
+            rule = (f"the file must be {KINDS[kind].allowed} (never under /proc, /sys or /dev; checked by validate,"
+                    f" render and apply)")
+            limits = ", ".join(filter(None, (limits, rule)))
         rows.append(
             f"| `{prefix}{name}` | {_type_name(annotation)} | `{default}` | {extra.get('unit', '')} | "
             f"{(info.description or '').replace('|', '/')}{' Limits: ' + limits + '.' if limits else ''} |"

@@ -7,10 +7,77 @@ without reading a traceback.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
 EXIT_CONFIG_ERROR = 2
+SECRET_SHOWN = "<secret>"
+
+# ------------------------------------------------------------------ what an error never shows
+# A value under a secret-looking name is shown as <secret>, and the user:password@ of a URL as <redacted>,
+# wherever a paragraph is printed: whatever check made the problem, and whatever file the value came from.
+
+_SECRET_WORDS = frozenset({"password", "passwd", "passphrase", "secret", "secrets", "token", "apikey", "credential",
+                           "credentials", "cookie", "authorization", "bearer"})
+_SECRET_ENDINGS = ("token", "password", "passwd", "secret", "apikey")
+_SECRET_PAIRS = frozenset({("api", "key"), ("access", "key"), ("private", "key"), ("secret", "key"), ("auth", "key"),
+                           ("session", "key"), ("signing", "key"), ("encryption", "key"), ("client", "secret")})
+# A name ending so names WHERE a secret is (an environment variable, a file), not the secret.
+_POINTER_WORDS = frozenset({"env", "file", "path", "dir"})
+_URL_USERINFO = re.compile(r"\b([A-Za-z][A-Za-z0-9+.-]*://)[^/?#\s@]*@")
+
+
+def option_name(name: object) -> str:
+    """An option or key name as matched against a list: lower case, ``_`` -> ``-``, leading dashes stripped
+    (``--API_Key`` -> ``api-key``)."""
+    return str(name).strip().lower().replace("_", "-").lstrip("-")
+
+
+def secret_looking(name: object) -> bool:
+    """Whether a key or field name looks like it holds a secret (``hf_token``, ``--api-key``, ``Password``)."""
+    words = [w for w in re.split(r"[^a-z0-9]+", option_name(name)) if w]
+    if not words or words[-1] in _POINTER_WORDS:
+        return False
+    return (any(w in _SECRET_WORDS or w.endswith(_SECRET_ENDINGS) for w in words)
+            or any(pair in _SECRET_PAIRS for pair in zip(words, words[1:], strict=False)))
+
+
+def url_has_credentials(text: str) -> bool:
+    """Whether ``text`` holds a URL with a user (and maybe a password) before its host: ``https://u:p@host``."""
+    return bool(_URL_USERINFO.search(text))
+
+
+def redact_urls(text: str) -> str:
+    """``text`` with every URL's ``user:password@`` replaced by ``<redacted>@``."""
+    return _URL_USERINFO.sub(r"\1<redacted>@", text)
+
+
+def redact_userinfo(url: str) -> str:
+    """A URL-typed setting as an error shows it: whatever precedes an ``@`` in its authority (the part before the
+    first ``/`` after an optional ``scheme://``) becomes ``<redacted>``, with or without a scheme."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        scheme, rest = "", url
+    authority, slash, path = rest.partition("/")
+    if "@" not in authority:
+        return url
+    return f"{scheme}{sep}<redacted>@{authority.rpartition('@')[2]}{slash}{path}"
+
+
+def shown_value(field: str, value: Any) -> Any:
+    """``value`` as an error may show it under ``field``: secret-looking names masked (also as keys of a mapping,
+    at any depth), credentials in URLs redacted."""
+    last = re.sub(r"\[[^\]]*\]$", "", field.rsplit(".", 1)[-1]) if field else ""
+    if last and secret_looking(last) and value is not None and not isinstance(value, bool):
+        return SECRET_SHOWN
+    if isinstance(value, str):
+        return redact_urls(value)
+    if isinstance(value, dict):
+        return {k: shown_value(str(k), v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(shown_value("", v) for v in value)
+    return value
 
 
 @dataclass(frozen=True)
@@ -27,8 +94,8 @@ class Problem:
         where = f"{self.source}: " if self.source else ""
         host = f"host '{self.host}'" if self.host else "inventory"
         field = f", field '{self.field}'" if self.field else ""
-        value = f" = {self.value!r}" if self.value is not _MISSING else ""
-        return f"{where}{host}{field}{value}: {self.allowed}"
+        value = f" = {shown_value(self.field, self.value)!r}" if self.value is not _MISSING else ""
+        return f"{where}{host}{field}{value}: {redact_urls(self.allowed)}"
 
 
 class _Missing:

@@ -44,10 +44,11 @@ class ConnectionSettings(Settings):
     ssh_host: HostName = required("Address of the node's management interface (IP or DNS name).", min_length=1)
     ssh_port: int = setting(22, "SSH port.", ge=1, le=65535)
     ssh_user: Word = setting("root", "SSH user; a non-root user needs passwordless sudo and `sudo: true`.", min_length=1)
-    ssh_key: str | None = setting(None, "Private key file (relative paths are relative to the inventory).")
+    ssh_key: str | None = setting(None, "Private key file (relative paths are relative to the inventory).",
+                                  operator_file="ssh-key")
     ssh_known_hosts_file: str | None = setting(
-        None, "known_hosts file to check host keys against (relative to the inventory); default ~/.ssh/known_hosts."
-    )
+        None, "known_hosts file to check host keys against (relative to the inventory); default ~/.ssh/known_hosts.",
+        operator_file="known-hosts")
     ssh_host_key_checking: Literal["yes", "accept-new"] = setting(
         "accept-new",
         "yes = the key must already be known; accept-new = trust on first use. A CHANGED key is always refused.",

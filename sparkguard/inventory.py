@@ -10,7 +10,12 @@ Layout of an inventory directory::
 
 Ansible's forms are read as Ansible reads them (sparkguard.ansible_compat): host ranges
 (`spark-[01:03]`) and the connection keys `ansible_host/_port/_user/_become/_ssh_private_key_file`.
-A vars file nobody reads is an error, never silence.
+A vars file nobody reads is an error, never silence. Groups are a graph by name, as in Ansible (a group
+under two parents is in both), each read once; a group loop is an error.
+
+Reading is bounded before the work is done (issue 27): a range is counted before it is built, and the hosts,
+host entries, group memberships and merged values have limits (MAX_* below), each refused as one paragraph
+naming the file. A symbolic link that loops or leads nowhere in group_vars/host_vars is named, never followed.
 
 Precedence, low to high: role defaults < all < groups (parents before children,
 siblings by name) < host. Mappings merge key by key, so a group can set
@@ -21,6 +26,7 @@ scalars replace.
 from __future__ import annotations
 
 import difflib
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,10 +35,19 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from . import registry
-from .ansible_compat import AnsibleFormError, expand_host_range, from_inventory_list, is_inventory_list, translate_aliases
+from . import operator_files, registry
+from .ansible_compat import (
+    MAX_RANGE_HOSTS,
+    AnsibleFormError,
+    count_host_range,
+    expand_host_range,
+    from_inventory_list,
+    is_inventory_list,
+    translate_aliases,
+)
 from .errors import MISSING, ConfigError, Problem
 from .hostconfig import ConnectionSettings, HostConfig, host_config_model
+from .settings import url_credential_problems
 
 GROUP_KEYS = ("hosts", "vars", "children")
 HOSTS_FILE = "hosts.yml"
@@ -124,16 +139,16 @@ def _refuse(display: str, allowed: str) -> ConfigError:
 
 
 def _read_text(path: Path, display: str) -> str:
-    """The file as UTF-8 text, or a ConfigError that says what it is instead (never a traceback)."""
+    """The file as UTF-8 text, or a ConfigError that says what it is instead (never a traceback, never its content).
+
+    Read through sparkguard.operator_files, as every file on the operator's machine: a regular file only, never
+    under /proc, /sys or /dev (a vars file linked to /proc/self/environ is refused, not read), at most 1 MiB."""
     try:
-        if not path.is_file():
-            raise _refuse(display, "is not a regular file")
-        with path.open("rb") as handle:
-            data = handle.read(MAX_FILE_BYTES + 1)
-    except OSError as error:
-        raise _refuse(display, f"cannot be read: {error.strerror or error}") from None
-    if len(data) > MAX_FILE_BYTES:
-        raise _refuse(display, f"is larger than {MAX_FILE_BYTES // 1024} KiB: not an inventory file")
+        data = operator_files.read_bytes(path, MAX_FILE_BYTES)
+    except operator_files.Refused as refused:
+        raise _refuse(display, f"{refused.reason}: not an inventory file") from None
+    if data is None:
+        raise _refuse(display, "cannot be read (it is gone, or this user may not read it)")
     if data.startswith((b"\xff\xfe", b"\xfe\xff")) or b"\x00" in data:
         raise _refuse(display, "is not UTF-8 text (UTF-16 or binary?): save it as UTF-8")
     try:
@@ -160,30 +175,66 @@ def _check_events(text: str, display: str) -> None:
             depth -= 1
 
 
-def _read_yaml(path: Path, display: str) -> Any:
+# What a YAML error may quote of the file: a character, a tag, a key. Quoted text longer than this is left out.
+_QUOTED = re.compile(r"'[^']{4,}'|\"[^\"]{4,}\"")
+
+
+def _yaml_problem(exc: yaml.YAMLError, outside: bool) -> str:
+    """What went wrong, in PyYAML's words but never a line of the file: str(exc) quotes the line (its snippet),
+    so only the problem is kept, with longer quoted text cut; of a file outside the inventory, nothing at all."""
+    mark = getattr(exc, "problem_mark", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+    problem = getattr(exc, "problem", None)
+    if outside:
+        return f"is not valid YAML{where} (a file outside the inventory: nothing of it is shown)"
+    if not isinstance(problem, str) or problem.startswith("duplicate key"):  # ours: names the key, not a value
+        return f"is not valid YAML{where}" + (f": {problem}" if isinstance(problem, str) else "")
+    return f"is not valid YAML{where}: {_QUOTED.sub('<...>', problem)}"
+
+
+def _read_yaml(path: Path, display: str, outside: bool = False) -> Any:
+    """The parsed file. ``outside``: the file lies outside the inventory directory (a symlink out of it): an
+    error names it, and shows nothing it holds."""
     text = _read_text(path, display)
     try:
         _check_events(text, display)
         return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise _refuse(display, f"is not valid YAML{where}: {problem}") from None
+        raise _refuse(display, _yaml_problem(exc, outside)) from None
     except (ValueError, RecursionError, TypeError) as exc:  # e.g. an integer of 5000 digits
-        raise _refuse(display, f"cannot be read as an inventory: {str(exc)[:200]}") from None
+        detail = type(exc).__name__ if outside or isinstance(exc, TypeError) else str(exc)[:200]
+        raise _refuse(display, f"cannot be read as an inventory: {detail}") from None
 
 
-def _deep_merge(target: dict[str, Any], layer: dict[str, Any], label: str, sources: dict[str, str], prefix: str = "") -> None:
+def _deep_merge(target: dict[str, Any], layer: dict[str, Any], label: str, sources: dict[str, str], prefix: str = "",
+                owned: set[int] | None = None) -> None:
+    """Merge ``layer`` into ``target`` (a host's own dict), recording where each dotted key came from.
+
+    Values are shared with the layer, never copied: a layer is read by every host of its group, and a copy per
+    host is hosts x size (a 300 KB list under 4096 hosts is gigabytes). Nothing changes a layer: a mapping is
+    copied (shallowly, once) only when a later layer merges into it; ``owned`` holds the ids of those copies.
+    """
+    owned = {id(target)} if owned is None else owned
     for key, value in layer.items():
         dotted = f"{prefix}{key}"
-        if isinstance(value, dict) and isinstance(target.get(key), dict):
-            _deep_merge(target[key], value, label, sources, dotted + ".")
+        current = target.get(key)
+        if isinstance(value, dict) and isinstance(current, dict):
+            if id(current) not in owned:
+                current = target[key] = dict(current)
+                owned.add(id(current))
+            _deep_merge(current, value, label, sources, dotted + ".", owned)
         else:
-            target[key] = _copy(value)
-            for existing in [p for p in sources if p.startswith(dotted + ".")]:
-                del sources[existing]
+            target[key] = value
+            _forget(current, dotted, sources)  # the keys under what it replaces: by its keys, not a scan of all
             _record(value, label, sources, dotted)
+
+
+def _forget(replaced: Any, dotted: str, sources: dict[str, str]) -> None:
+    if isinstance(replaced, dict):
+        for key, sub in replaced.items():
+            path = f"{dotted}.{key}"
+            sources.pop(path, None)
+            _forget(sub, path, sources)
 
 
 def _record(value: Any, label: str, sources: dict[str, str], dotted: str) -> None:
@@ -191,14 +242,6 @@ def _record(value: Any, label: str, sources: dict[str, str], dotted: str) -> Non
     if isinstance(value, dict):
         for key, sub in value.items():
             _record(sub, label, sources, f"{dotted}.{key}")
-
-
-def _copy(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _copy(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_copy(v) for v in value]
-    return value
 
 
 # Host and group names become directory names (render's OUT/<host>, host_vars/<host>.yml): nothing that
@@ -215,23 +258,53 @@ def name_problem(name: Any) -> str | None:
     return None
 
 
+# An inventory names at most MAX_HOSTS hosts, and its host entries (each host once per group that lists it,
+# ranges counted) and group memberships (each host once per group it is in, through its parents) stay under
+# MAX_MEMBERSHIPS: bounds on the memory and time of reading a pull request's inventory, far above a real
+# fleet, each refused as one paragraph that names the file and the limit.
+MAX_HOSTS = 4096
+MAX_MEMBERSHIPS = 1 << 18
+# The values merged for all hosts together (every mapping key and list item of every layer a host reads, once
+# per host): what validating costs, refused before it is spent. A real host reads a few hundred.
+MAX_MERGED_VALUES = 1 << 21
+
+
 class _Loader:
-    """Walks hosts.yml and the *_vars directories, keeping where each value came from."""
+    """Walks hosts.yml and the *_vars directories, keeping where each value came from.
+
+    Groups form a graph by name, as in Ansible: a group named under two parents (or defined twice) is one
+    group, in both. Each group mapping is walked once, whatever number of parents share it, and the groups
+    of each host are worked out once from that graph (ancestors per group, then per host), so the work is
+    the size of the file, never the number of paths through it.
+    """
 
     def __init__(self, hosts_file: Path):
         self.hosts_file = hosts_file
         self.root = hosts_file.parent
         self.display = _display(hosts_file)
+        # The inventory directory as named (load_inventory sets it; a hosts.yml linked out of it is outside), and
+        # the labels of the files read from outside it: no error shows a value that came from one.
+        self.inside = Path(os.path.realpath(self.root))
+        self.outside: set[str] = set()
         self.problems: list[Problem] = []
         self.group_layers: dict[str, list[tuple[str, dict[str, Any]]]] = {}
         self.group_depth: dict[str, int] = {}
+        self.group_parents: dict[str, dict[str, None]] = {}  # ordered sets: first seen first
+        self.host_direct: dict[str, dict[str, None]] = {}  # the groups that list each host, in order
         self.host_groups: dict[str, list[str]] = {}
         self.host_inline: dict[str, dict[str, Any]] = {}
         self.group_members: dict[str, list[str]] = {}
         self.group_files_read: set[str] = set()
+        self._walked: dict[int, Any] = {}  # id -> the mapping itself (kept, so that no id is reused)
+        self._entries = 0
+        self._merged_values = 0
+        self._sizes: dict[int, int] = {}
+        self.stopped = False  # a limit or a group loop: one paragraph, nothing more is read
 
     def load(self) -> None:
-        document = _read_yaml(self.hosts_file, self.display)
+        if not _within(self.hosts_file, self.inside):
+            self.outside.add(self.display)
+        document = _read_yaml(self.hosts_file, self.display, self.display in self.outside)
         if document is None:
             document = {}
         if not isinstance(document, dict):
@@ -249,22 +322,54 @@ class _Loader:
             # Top-level groups other than `all` are its children, as in Ansible.
             top = dict(top)
             top["children"] = {**(top.get("children") or {}), **others}
-        self._walk_group("all", top, depth=0, parents=())
-        self._unknown_vars_files()
+        self._walk_group("all", top, None)
+        if not self.stopped:
+            self._memberships()
+        if not self.stopped:
+            self._count_values()
+        if not self.stopped:
+            self._unknown_vars_files()
+
+    def _count_values(self) -> None:
+        """The values each host would merge from its groups and inline vars, before any is merged (host_vars
+        files are added as layers_for reads them)."""
+        per_group = {group: sum(_size(layer, self._sizes) for _, layer in layers)
+                     for group, layers in self.group_layers.items()}
+        for host, groups in self.host_groups.items():
+            self._merged_values += sum(per_group.get(group, 0) for group in groups)
+            self._merged_values += _size(self.host_inline.get(host) or {}, self._sizes)
+            if self._merged_values > MAX_MERGED_VALUES:
+                self._stop("vars", MISSING, _too_many_values(host))
+                return
+
+    def _stop(self, path: str, value: Any, allowed: str) -> None:
+        self._problem("", path, value, allowed)
+        self.stopped = True
+        self.host_groups.clear()  # no host is read further: the limit's paragraph is the answer
 
     def _unknown_vars_files(self) -> None:
         """A vars file no group or host reads is a typo or a wrong layout: say so instead of ignoring it."""
         for folder, known, what in (("group_vars", self.group_layers, "group"), ("host_vars", self.host_groups, "host")):
             directory = self.root / folder
+            if _link_to_nothing(directory):
+                self._problem("", folder, folder, _LINK_TO_NOTHING, _display(directory))
+                continue
             if not directory.is_dir():
                 continue
-            for entry in sorted(directory.iterdir()):
+            for entry in _listing(directory):
                 if entry.name.startswith("."):
                     continue  # .gitkeep and friends
+                if _link_to_nothing(entry):
+                    self._problem("", folder, entry.name, _LINK_TO_NOTHING, _display(entry))
+                    continue
                 if entry.is_dir():
                     name: str | None = entry.name
-                    for inner in sorted(entry.iterdir()):
-                        if not inner.name.startswith(".") and not (inner.is_file() and inner.suffix in VARS_SUFFIXES):
+                    for inner in _listing(entry):
+                        if inner.name.startswith("."):
+                            continue
+                        if _link_to_nothing(inner):
+                            self._problem("", folder, f"{entry.name}/{inner.name}", _LINK_TO_NOTHING, _display(inner))
+                        elif not (inner.is_file() and inner.suffix in VARS_SUFFIXES):
                             self._problem("", folder, f"{entry.name}/{inner.name}",
                                           f"only *.yml, *.yaml and *.json files are read in {folder}/<{what}>/: rename or "
                                           f"move it, or it would be silently ignored", _display(inner))
@@ -281,26 +386,31 @@ class _Loader:
                 self._problem("", folder, entry.name, allowed, _display(entry))
 
     def _vars_layers(self, folder: str, name: str, host: str) -> list[tuple[str, dict[str, Any]]]:
-        """A group's or host's vars files, as Ansible reads them: NAME.yml, .yaml, .json, then NAME/*.{yml,yaml,json} sorted."""
+        """A group's or host's vars files, as Ansible reads them: NAME.yml, .yaml, .json, then NAME/*.{yml,yaml,json} sorted.
+
+        A link that loops or leads nowhere is not read here: _unknown_vars_files names it."""
         directory = self.root / folder
         paths = [directory / f"{name}{suffix}" for suffix in VARS_SUFFIXES]
         if (directory / name).is_dir():
-            paths += sorted(p for p in (directory / name).iterdir() if p.suffix in VARS_SUFFIXES and not p.name.startswith("."))
+            paths += sorted(p for p in _listing(directory / name) if p.suffix in VARS_SUFFIXES and not p.name.startswith("."))
         layers = []
         for path in paths:
             if not path.is_file():
                 continue
-            data = _read_yaml(path, _display(path)) or {}
+            label = _display(path)
+            if not _within(path, self.inside):
+                self.outside.add(label)
+            data = _read_yaml(path, label, label in self.outside) or {}
             if isinstance(data, dict):
-                layers.append((_display(path), data))
-            else:
-                self._problem(host, "", data, f"a {folder} file must be a mapping", _display(path))
+                layers.append((label, data))
+            else:  # what it is, never what it holds
+                self._problem(host, "", f"a YAML {type(data).__name__}", f"a {folder} file must be a mapping", label)
         return layers
 
     def _problem(self, host: str, path: str, value: Any, allowed: str, source: str | None = None) -> None:
         self.problems.append(Problem(host, path, value, allowed, source or self.display))
 
-    def _walk_group(self, name: str, body: Any, depth: int, parents: tuple[str, ...]) -> None:
+    def _walk_group(self, name: str, body: Any, parent: str | None) -> None:
         reason = name_problem(name)
         if reason:
             self._problem("", "group", name[:80] if isinstance(name, str) else name, reason)
@@ -310,13 +420,17 @@ class _Loader:
         if not isinstance(body, dict):
             self._problem("", f"group {name}", body, "a group must be a mapping with keys hosts, vars, children")
             return
+        parents = self.group_parents.setdefault(name, {})
+        if parent is not None:
+            parents[parent] = None
+        if id(body) in self._walked:
+            return  # the same mapping under another parent (ansible-inventory --list): its contents are read once
+        self._walked[id(body)] = body
         for key in body:
             if key not in GROUP_KEYS:
                 hint = _did_you_mean(key, GROUP_KEYS)
                 self._problem("", f"group {name}.{key}", body[key],
                               f"unknown group key{hint}; allowed: {', '.join(GROUP_KEYS)}")
-        lineage = parents + (name,)
-        self.group_depth[name] = max(self.group_depth.get(name, 0), depth)
         layers = self.group_layers.setdefault(name, [])
         inline = body.get("vars") or {}
         if not isinstance(inline, dict):
@@ -339,13 +453,11 @@ class _Loader:
             if reason:
                 self._problem("", "host", host[:80] if isinstance(host, str) else host, reason)
                 continue
-            for group in lineage:
-                groups = self.host_groups.setdefault(host, [])
-                if group not in groups:
-                    groups.append(group)
-                members = self.group_members.setdefault(group, [])
-                if host not in members:
-                    members.append(host)
+            if host not in self.host_direct and len(self.host_direct) >= MAX_HOSTS:
+                self._stop(f"group {name}.hosts", host, f"the inventory names more than {MAX_HOSTS} hosts: more than "
+                           f"sparkguard reads from one inventory; split the fleet into inventories")
+                return
+            self.host_direct.setdefault(host, {})[name] = None
             if host_vars is None:
                 host_vars = {}
             if not isinstance(host_vars, dict):
@@ -353,26 +465,109 @@ class _Loader:
                 continue
             merged = self.host_inline.setdefault(host, {})
             merged.update(host_vars)
+        if self.stopped:
+            return
 
         children = body.get("children") or {}
         if not isinstance(children, dict):
             self._problem("", f"group {name}.children", children, "children must be a mapping of group name: group")
             return
         for child, child_body in children.items():
-            self._walk_group(child if isinstance(child, str) else repr(child), child_body, depth + 1, lineage)
+            self._walk_group(child if isinstance(child, str) else repr(child), child_body, name)
+            if self.stopped:
+                return
 
     def _expand_ranges(self, group: str, hosts: dict[Any, Any]) -> list[tuple[Any, Any]]:
-        """Host entries with Ansible ranges (``spark-[01:03]``) expanded; each gets a copy of the entry's vars."""
+        """Host entries with Ansible ranges (``spark-[01:03]``) expanded; each shares the entry's vars (never changed).
+
+        A range is counted before it is built, against its own limit and the inventory's host entries."""
         expanded: list[tuple[Any, Any]] = []
         for host, host_vars in hosts.items():
-            if not isinstance(host, str) or "[" not in host:
+            ranged = isinstance(host, str) and "[" in host
+            try:
+                count = count_host_range(host) if ranged else 1
+                if count > MAX_RANGE_HOSTS:
+                    expand_host_range(host)  # refuses, counting only: nothing is built
+            except AnsibleFormError as error:
+                self._problem("", f"group {group}.hosts", host[:80], str(error))
+                continue
+            if self._entries + count > MAX_MEMBERSHIPS:
+                self._stop(f"group {group}.hosts", host[:80] if isinstance(host, str) else host,
+                           f"the inventory lists more than {MAX_MEMBERSHIPS} host entries (each host once for every "
+                           f"group that lists it, ranges counted before they are built): more than sparkguard reads "
+                           f"from one inventory")
+                break
+            self._entries += count
+            if not ranged:
                 expanded.append((host, host_vars))
                 continue
             try:
-                expanded.extend((name, _copy(host_vars)) for name in expand_host_range(host))
+                expanded.extend((name, host_vars) for name in expand_host_range(host))
             except AnsibleFormError as error:
                 self._problem("", f"group {group}.hosts", host[:80], str(error))
         return expanded
+
+    def _memberships(self) -> None:
+        """Each group's depth and ancestors, then each host's groups, from the graph of names (once each)."""
+        children: dict[str, list[str]] = {group: [] for group in self.group_parents}
+        waiting = {group: len(parents) for group, parents in self.group_parents.items()}
+        for group, parents in self.group_parents.items():
+            for parent in parents:
+                children[parent].append(group)
+        order = [group for group, count in waiting.items() if count == 0]
+        for group in order:  # grows as it goes: parents before children (Kahn)
+            for child in children[group]:
+                waiting[child] -= 1
+                if waiting[child] == 0:
+                    order.append(child)
+        if len(order) < len(waiting):
+            loop = self._loop({group for group, count in waiting.items() if count})
+            self._stop("group children", " > ".join(loop),
+                       f"a group loop: group '{loop[0]}' is its own ancestor; a group cannot contain itself "
+                       f"(Ansible refuses it too): remove one of these children")
+            return
+        ancestors: dict[str, dict[str, None]] = {}
+        work = 0
+        for group in order:
+            found: dict[str, None] = {}
+            depth = 0
+            for parent in self.group_parents[group]:
+                work += len(ancestors[parent]) + 1
+                found.update(ancestors[parent])
+                found[parent] = None
+                depth = max(depth, self.group_depth[parent] + 1)
+            if work > MAX_MEMBERSHIPS:
+                self._stop("group children", group, f"the groups' ancestors add up to more than {MAX_MEMBERSHIPS} "
+                           f"(each group once for every group above it): more than sparkguard reads from one inventory")
+                return
+            ancestors[group] = found
+            self.group_depth[group] = depth
+        members: dict[str, list[str]] = {group: [] for group in order}
+        for host, direct in self.host_direct.items():
+            groups: dict[str, None] = {}
+            for group in direct:
+                work += len(ancestors[group]) + 1
+                groups.update(ancestors[group])
+                groups[group] = None
+            if work > MAX_MEMBERSHIPS:
+                self._stop("hosts", host, f"the hosts' group memberships (each host once for every group it is in, "
+                           f"through its parents) add up to more than {MAX_MEMBERSHIPS}: more than sparkguard reads "
+                           f"from one inventory")
+                return
+            self.host_groups[host] = list(groups)
+            for group in groups:
+                members[group].append(host)
+        self.group_members = {group: hosts for group, hosts in members.items() if hosts}
+
+    def _loop(self, stuck: set[str]) -> list[str]:
+        """One loop among the groups left over by the topological sort, from a group back to itself."""
+        path = [min(stuck)]
+        while True:
+            parent = next(p for p in self.group_parents[path[-1]] if p in stuck)
+            if parent in path:
+                loop = path[path.index(parent):] + [parent]
+                return loop[::-1]
+            path.append(parent)
 
     def layers_for(self, host: str) -> list[tuple[str, dict[str, Any]]]:
         groups = sorted(self.host_groups.get(host, ["all"]), key=lambda g: (self.group_depth.get(g, 0), g))
@@ -381,7 +576,11 @@ class _Loader:
             layers.extend(self.group_layers.get(group, []))
         if self.host_inline.get(host):
             layers.append((f"{self.display} (host {host})", self.host_inline[host]))
-        layers.extend(self._vars_layers("host_vars", host, host))
+        files = self._vars_layers("host_vars", host, host)
+        layers.extend(files)
+        self._merged_values += sum(_size(layer, self._sizes) for _, layer in files)  # the rest: counted in load
+        if self._merged_values > MAX_MERGED_VALUES:
+            raise ConfigError([Problem("", "vars", MISSING, _too_many_values(host), self.display)])
         translated = []
         for label, layer in layers:
             renamed, conflicts = translate_aliases(layer)
@@ -391,9 +590,75 @@ class _Loader:
         return translated
 
 
+def _too_many_values(host: str) -> str:
+    return (f"the hosts' settings add up to more than {MAX_MERGED_VALUES} values (every key and list item of each "
+            f"host's vars, from every group it is in, counted once per host; passed at host '{host}'): more than "
+            f"sparkguard reads from one inventory (a real host has a few hundred)")
+
+
+def _size(value: Any, sizes: dict[int, int]) -> int:
+    """How many values ``value`` holds (itself, and every key's value and list item below it), counted once per
+    object: a layer shared by many hosts is walked once."""
+    if not isinstance(value, (dict, list)):
+        return 1
+    known = sizes.get(id(value))
+    if known is None:
+        known = sizes[id(value)] = 1 + sum(_size(sub, sizes) for sub in (value.values() if isinstance(value, dict)
+                                                                       else value))
+    return known
+
+
+_LINK_TO_NOTHING = ("is a symbolic link that loops or leads nowhere: sparkguard does not follow it; remove it, "
+                    "or point it at a vars file or directory")
+
+
+def _link_to_nothing(path: Path) -> bool:
+    """A symbolic link whose target cannot be reached (a loop, a missing target): never followed."""
+    return path.is_symlink() and not os.path.exists(path)
+
+
+def _listing(directory: Path) -> list[Path]:
+    """A vars directory's entries, sorted; an unreadable one reads as empty (its own read names the problem)."""
+    try:
+        return sorted(directory.iterdir())
+    except OSError:
+        return []
+
+
+def _within(path: Path, directory: Path) -> bool:
+    """Whether ``path``, its symlinks followed, lies in ``directory`` (a real path)."""
+    return Path(os.path.realpath(path)).is_relative_to(directory)
+
+
+def _inventory_dir(path: str | Path) -> Path:
+    """The real path of the inventory directory as the operator named it (not where a linked hosts.yml leads)."""
+    named = Path(path)
+    return Path(os.path.realpath(named if named.is_dir() else named.parent))
+
+
+WITHHELD = "<not shown: read from a file outside the inventory>"
+
+
+def _withhold_outside(problem: Problem, outside: set[str], sources: dict[str, str]) -> Problem:
+    """``problem`` without its value when that value (or part of it) came from a file outside the inventory."""
+    if problem.value is MISSING or not outside:
+        return problem
+    field = re.sub(r"\[\d+\]", "", problem.field)
+    labels = {problem.source, _source_for(field, sources)} | {
+        label for key, label in sources.items() if field and key.startswith(field + ".")}
+    if not any(label == o or label.startswith(o + " (") for label in labels if label for o in outside):
+        return problem
+    return Problem(problem.host, problem.field, WITHHELD, problem.allowed, problem.source)
+
+
 def _display(path: Path) -> str:
     try:
         return str(path.resolve().relative_to(Path.cwd()))
+    except (RuntimeError, OSError):  # a symbolic link loop (RuntimeError before Python 3.13): shown as written
+        try:
+            return str(Path(os.path.abspath(path)).relative_to(Path.cwd()))
+        except (ValueError, OSError):
+            return str(path)
     except ValueError:
         return str(path)
 
@@ -472,8 +737,8 @@ def _source_for(dotted: str, sources: dict[str, str]) -> str:
 def _resolve_paths(values: dict[str, Any], root: Path) -> None:
     for key in ("ssh_key", "ssh_known_hosts_file"):
         value = values.get(key)
-        if isinstance(value, str) and value and not value.startswith(("/", "~")):
-            values[key] = str((root / value).resolve())
+        if isinstance(value, str) and value and not value.startswith(("/", "~")) and "\0" not in value:
+            values[key] = os.path.realpath(root / value)  # never raises: a link loop stays as written
         elif isinstance(value, str) and value.startswith("~"):
             values[key] = str(Path(value).expanduser())
 
@@ -482,15 +747,17 @@ def load_inventory(path: str | Path, *, check_roles: bool = True) -> Inventory:
     """Load, merge and validate; raise ConfigError listing every problem found."""
     hosts_file = locate(path)
     loader = _Loader(hosts_file)
+    loader.inside = _inventory_dir(path)
     loader.load()
     if not loader.host_groups and not loader.problems:
         loader._problem("", "hosts", MISSING, "the inventory defines no hosts")
     model = host_config_model()
     hosts: list[InventoryHost] = []
     problems = list(loader.problems)
+    host_sources: dict[str, dict[str, str]] = {}
     for name in loader.host_groups:
         merged: dict[str, Any] = {}
-        sources: dict[str, str] = {}
+        sources = host_sources[name] = {}
         for label, layer in loader.layers_for(name):
             _deep_merge(merged, layer, label, sources)
         _resolve_paths(merged, hosts_file.parent)
@@ -500,12 +767,18 @@ def load_inventory(path: str | Path, *, check_roles: bool = True) -> Inventory:
         except ValidationError as exc:
             problems.extend(problems_from_validation(name, exc, model, sources, default_source))
             continue
+        # Every file the settings name on the operator's machine, read as render and apply would read it; and
+        # no credentials in any URL. On every command (validate, render, the export, plan, apply) alike.
+        problems.extend(Problem(p.host, p.field, p.value, p.allowed,
+                                _source_for(re.sub(r"\[\d+\]", "", p.field), sources) or default_source)
+                        for p in [*operator_files.problems(name, config), *url_credential_problems(name, config)])
         if check_roles:
             problems.extend(role_problems(name, config, sources, default_source))
         hosts.append(InventoryHost(name, tuple(loader.host_groups[name]), config, sources))
     problems.extend(p for p in loader.problems if p not in problems)
     if problems:
-        raise ConfigError(_unique(problems))
+        raise ConfigError(_unique([_withhold_outside(p, loader.outside, host_sources.get(p.host, {}))
+                                   for p in problems]))
     groups = {g: list(members) for g, members in loader.group_members.items()}
     return Inventory(path=hosts_file.parent, hosts=hosts, groups=groups)
 

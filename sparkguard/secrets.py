@@ -14,7 +14,8 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
 
-MAX_SECRET_BYTES = 4096
+from . import operator_files
+
 # What an env file (systemd EnvironmentFile, docker --env-file) carries without quoting.
 ENV_SAFE = re.compile(r"[A-Za-z0-9_.:+/=@-]+")
 # (env name, file path) -> what read_secret returns instead of reading; set only inside ``stand_ins``.
@@ -37,26 +38,18 @@ def stand_ins(make: StandIn) -> Iterator[None]:
         _stand_in.reset(token)
 
 
-def read_secret(env_name: str | None, file_path: str | None, max_bytes: int = MAX_SECRET_BYTES) -> str | None:
-    """The secret, or None when no source is set or it is empty/unreadable. A file is read only if it
-    is a small regular file (never /dev/zero, a FIFO or a directory)."""
+def read_secret(env_name: str | None, file_path: str | None, kind: str = "secret",
+                field: str = "a file on the operator's machine") -> str | None:
+    """The secret, or None when no source is set or it is empty/unreadable. A file is read through
+    sparkguard.operator_files (a regular file of ``kind`` under its cap: never /proc, /dev/zero, a FIFO or a
+    directory); one it refuses is a ConfigError (exit 2) naming ``field`` and the path, never the content."""
     make = _stand_in.get()
     if make is not None and (env_name or file_path):
         return make(env_name, file_path)
     if env_name:
         return os.environ.get(env_name) or None
     if file_path:
-        path = Path(file_path).expanduser()
-        try:
-            if not path.is_file():
-                return None
-            with path.open("rb") as handle:
-                data = handle.read(max_bytes + 1)
-        except OSError:
-            return None
-        if len(data) > max_bytes:
-            return None
-        return data.decode("utf-8", errors="replace").strip() or None
+        return operator_files.read_text(file_path, kind, field)
     return None
 
 

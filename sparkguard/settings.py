@@ -13,18 +13,30 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from pydantic.config import JsonDict
 
+from .errors import Problem, redact_urls, url_has_credentials
+
 SECRET_PLACEHOLDER = "<secret>"
 
 
-def setting(default: Any, doc: str, unit: str | None = None, secret: bool = False, **constraints: Any) -> Any:
+def setting(default: Any, doc: str, unit: str | None = None, secret: bool = False, operator_file: str | None = None,
+            **constraints: Any) -> Any:
     """Declare a setting.
+
+    ``operator_file=KIND`` (a kind of sparkguard.operator_files.KINDS) marks a path ON THE OPERATOR'S MACHINE:
+    the inventory loader checks the file it names (regular file, size cap, content of that kind) on every command.
 
     Example::
 
         term_percent: float = setting(8.0, "SIGTERM below this much available memory.",
                                       unit="% of MemTotal", gt=0, le=50)
     """
-    extra: JsonDict | None = {**({"unit": unit} if unit else {}), **({"secret": True} if secret else {})} or None
+    if operator_file:
+        from .operator_files import KINDS
+
+        if operator_file not in KINDS:
+            raise ValueError(f"operator_file={operator_file!r}: not one of {', '.join(KINDS)}")
+    extra: JsonDict | None = {**({"unit": unit} if unit else {}), **({"secret": True} if secret else {}),
+                              **({"operator_file": operator_file} if operator_file else {})} or None
     if callable(default) and not isinstance(default, type):
         return Field(default_factory=default, description=doc, json_schema_extra=extra, **constraints)
     return Field(default, description=doc, json_schema_extra=extra, **constraints)
@@ -59,6 +71,36 @@ def _mask(model: BaseModel, data: dict[str, Any]) -> None:
             for key, item in value.items():
                 if isinstance(item, BaseModel) and isinstance(data[name].get(key), dict):
                     _mask(item, data[name][key])
+
+
+CREDENTIALS_IN_URL = (
+    "credentials in the URL (shown as <redacted>): a setting is written in clear to files on the node, node.json,"
+    " renders and the Ansible export. Drop the user:password@ part: sparkguard's own endpoints get basic auth from"
+    " monitoring.web (the password read on the operator's machine); a service of yours, through a proxy that adds it")
+
+
+def url_credential_problems(host: str, model: BaseModel, prefix: str = "") -> list[Problem]:
+    """Every string of a non-secret setting (at any depth: tuples, blocks, option maps) holding a URL with
+    ``user:password@``: refused, shown redacted. A secret setting (``secret=True``, a webhook URL) is a credential
+    already: only its one file holds it, everything else shows <secret>."""
+    found: list[Problem] = []
+    for name, info in type(model).model_fields.items():
+        if not is_secret(info):
+            _credential_urls(host, getattr(model, name), f"{prefix}{name}", found)
+    return found
+
+
+def _credential_urls(host: str, value: Any, dotted: str, found: list[Problem]) -> None:
+    if isinstance(value, BaseModel):
+        found.extend(url_credential_problems(host, value, dotted + "."))
+    elif isinstance(value, str) and url_has_credentials(value):
+        found.append(Problem(host, dotted, redact_urls(value), CREDENTIALS_IN_URL))
+    elif isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            _credential_urls(host, item, f"{dotted}[{index}]", found)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _credential_urls(host, item, f"{dotted}.{key}", found)
 
 
 def required(doc: str, unit: str | None = None, **constraints: Any) -> Any:

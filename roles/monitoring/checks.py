@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from sparkguard.alerts import AlertThresholds, duration_seconds
-from sparkguard.errors import Problem
+from sparkguard.errors import Problem, redact_userinfo, url_has_credentials
 from sparkguard.facts import NodeInfo
 from sparkguard.hostconfig import HostConfig
 
@@ -142,10 +142,19 @@ def _alerting(settings: MonitoringSettings) -> Iterator[Problem]:
         yield Problem("", "monitoring.alertmanager.external_urls", am.external_urls,
                       "mode external needs at least one Alertmanager URL, e.g. http://alertmanager.example:9093")
     for index, url in enumerate(am.external_urls):
+        if url_has_credentials(url):
+            continue  # refused for every URL setting when the inventory loads (sparkguard.settings), shown redacted
         try:
             alertmanager_target(url)
         except ValueError as error:
-            yield Problem("", f"monitoring.alertmanager.external_urls[{index}]", url, str(error))
+            yield Problem("", f"monitoring.alertmanager.external_urls[{index}]", redact_userinfo(url), str(error))
+    grafana_url = settings.grafana.prometheus_url
+    if grafana_url and not url_has_credentials(grafana_url):
+        try:
+            check_url(grafana_url)
+        except ValueError as error:
+            yield Problem("", "monitoring.grafana.prometheus_url", redact_userinfo(grafana_url),
+                          f"{error}, e.g. https://192.0.2.11:9090")
 
 
 def _thresholds(config: HostConfig) -> Iterator[Problem]:
@@ -208,8 +217,10 @@ def preflight(config: HostConfig, info: NodeInfo) -> Iterator[Problem]:
             yield Problem("", field, shown, f"no password in the {source} on this machine; export it or fix the setting")
         elif any(c in auth.password for c in "\n\r\0"):
             yield Problem("", field, "<secret>", f"the password in the {source} spans lines; use one line")
-    for field, text, marker in (("tls_cert_file", auth.cert, "CERTIFICATE"), ("tls_key_file", auth.key, "PRIVATE KEY"),
-                                ("tls_ca_file", auth.ca if web_settings.tls_ca_file else "x CERTIFICATE", "CERTIFICATE")):
+    # What the files hold was checked when the inventory loaded (sparkguard.operator_files, on every command):
+    # here only that they are there to be read.
+    for field, text, what in (("tls_cert_file", auth.cert, "PEM certificate"), ("tls_key_file", auth.key, "PEM private key"),
+                              ("tls_ca_file", auth.ca if web_settings.tls_ca_file else "-", "PEM CA certificate")):
         path = getattr(web_settings, field)
-        if path and (not text or "-----BEGIN" not in text or marker not in text):
-            yield Problem("", f"monitoring.web.{field}", path, f"not a readable PEM file with a {marker} on this machine")
+        if path and not text:
+            yield Problem("", f"monitoring.web.{field}", path, f"no readable {what} file there on this machine")

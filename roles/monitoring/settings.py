@@ -96,7 +96,8 @@ class AlertmanagerSettings(Settings):
     listen_address: str = setting("", "HOST:PORT of the local Alertmanager. Empty = the node's ssh_host on port"
                                   " 9093. Clustering is off.")
     external_urls: tuple[str, ...] = setting(
-        (), "Alertmanager base URLs (http(s)://host:port[/prefix]) for mode external.")
+        (), "Alertmanager base URLs (http(s)://host:port[/prefix]) for mode external. Credentials in a URL"
+        " (user:password@) are refused.")
     webhook_url: str = setting("", "Webhook receiver URL (Slack/Matrix bridge, ntfy, PagerDuty events...). A credential:"
                                " only alertmanager.yml (0640) holds it; node.json, renders and errors show <secret>.",
                                secret=True)
@@ -116,7 +117,9 @@ class GrafanaSettings(Settings):
 
     enabled: bool = setting(True, "Render the datasource, dashboard provider and the 'node memory truth'"
                             " dashboard under /etc/sparkguard/grafana (point Grafana's provisioning there).")
-    prometheus_url: str = setting("", "Datasource URL. Empty = http://<prometheus.listen_address>.")
+    prometheus_url: str = setting("", "Datasource URL (http(s)://...). Empty = http://<prometheus.listen_address>."
+                                  " Credentials in the URL (user:password@) are refused: the datasource gets"
+                                  " monitoring.web's user, its password through Grafana's environment.")
 
 
 class WebSettings(Settings):
@@ -131,17 +134,18 @@ class WebSettings(Settings):
     basic_auth_password_env: Word | None = setting(
         None, "Environment variable ON THE OPERATOR'S MACHINE holding that user's password.")
     basic_auth_password_file: str | None = setting(
-        None, "File ON THE OPERATOR'S MACHINE holding that user's password (absolute or ~ path).", min_length=1)
+        None, "File ON THE OPERATOR'S MACHINE holding that user's password (absolute or ~ path).", min_length=1,
+        operator_file="secret")
     tls_cert_file: str | None = setting(
         None, "PEM certificate of this node ON THE OPERATOR'S MACHINE (its address in subjectAltName; set it per"
-        " host in host_vars). Empty = plain HTTP.", min_length=1)
+        " host in host_vars). Empty = plain HTTP.", min_length=1, operator_file="certificate")
     tls_key_file: str | None = setting(
         None, "PEM private key of that certificate ON THE OPERATOR'S MACHINE (a secret: 0600 on the node).",
-        min_length=1)
+        min_length=1, operator_file="private-key")
     tls_ca_file: str | None = setting(
         None, "PEM CA certificate(s) ON THE OPERATOR'S MACHINE that signed every scraped node's certificate;"
         " Prometheus verifies its targets with it. Empty = tls_cert_file itself (one self-signed certificate"
-        " for the whole fleet).", min_length=1)
+        " for the whole fleet).", min_length=1, operator_file="certificate")
 
 
 class MonitoringSettings(Settings):

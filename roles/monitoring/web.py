@@ -64,21 +64,20 @@ class WebAuth:
         return "https" if self.tls else "http"
 
 
-# A certificate chain or CA bundle is larger than a password.
-MAX_PEM_BYTES = 256 * 1024
-
-
-def read_pem(path: str | None) -> str | None:
-    """A PEM file from the operator's machine (certificates are public, keys are secrets: same reader)."""
-    return read_secret(None, path, MAX_PEM_BYTES) if path else None
+def read_pem(path: str | None, kind: str, field: str) -> str | None:
+    """A PEM file from the operator's machine, through sparkguard.operator_files: a certificate file holds
+    CERTIFICATE blocks only (never a key: it goes out as 0644), a key file one private key only."""
+    return read_secret(None, path, kind, f"monitoring.web.{field}") if path else None
 
 
 def web_auth(settings: MonitoringSettings) -> WebAuth:
     web = settings.web
-    password = read_secret(web.basic_auth_password_env, web.basic_auth_password_file) if web.basic_auth_user else None
-    cert = read_pem(web.tls_cert_file)
-    return WebAuth(user=web.basic_auth_user, password=password, cert=cert, key=read_pem(web.tls_key_file),
-                   ca=read_pem(web.tls_ca_file) or cert, tls_wanted=bool(web.tls_cert_file))
+    password = (read_secret(web.basic_auth_password_env, web.basic_auth_password_file, "secret",
+                            "monitoring.web.basic_auth_password_file") if web.basic_auth_user else None)
+    cert = read_pem(web.tls_cert_file, "certificate", "tls_cert_file")
+    return WebAuth(user=web.basic_auth_user, password=password, cert=cert,
+                   key=read_pem(web.tls_key_file, "private-key", "tls_key_file"),
+                   ca=read_pem(web.tls_ca_file, "certificate", "tls_ca_file") or cert, tls_wanted=bool(web.tls_cert_file))
 
 
 def password_hash(password: str, host: str, user: str) -> str:

@@ -12,7 +12,7 @@ from sparkguard.planner import plan_host
 from sparkguard.secrets import read_secret, source_words
 
 from .images import ARM64_MACHINES, default_image, missing_image_reason
-from .options import SECRET_OPTIONS, option_problem
+from .options import option_problem, secret_option
 from .settings import VllmSettings
 
 # Secret settings: (what, the env-variable field, the file field); both read on the operator's machine.
@@ -59,7 +59,7 @@ def problems(config: HostConfig) -> Iterator[Problem]:
         for key, value in model.options.items():
             reason = option_problem(str(key))
             if reason:
-                shown = HIDDEN if str(key) in SECRET_OPTIONS else value
+                shown = HIDDEN if secret_option(str(key)) else value
                 yield Problem("", f"{base}.options.{key}", shown, reason)
     if settings.runtime == "docker":
         profile = config.node.device_profile
@@ -101,7 +101,7 @@ def preflight(config: HostConfig, info: NodeInfo) -> Iterator[Problem]:
             continue
         source = source_words(env_value, file_value)
         field = f"vllm.{env_field}" if env_value else f"vllm.{file_field}"
-        secret = read_secret(env_value, file_value)
+        secret = read_secret(env_value, file_value, "secret", f"vllm.{file_field}")
         if secret is None:
             yield Problem("", field, env_value or file_value,
                           f"no {what} in the {source} on this machine; export it or fix the setting")

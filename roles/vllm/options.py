@@ -93,24 +93,45 @@ OTHER = frozenset({
 KNOWN = FRONTEND | MODEL | LOAD | CACHE | PARALLEL | SCHEDULER | LORA | OTHER
 
 
-SECRET_OPTIONS = frozenset({"api-key", "api_key"})
+# Options that carry a secret, as normalised names (sparkguard.errors.option_name: lower case, _ -> -, no
+# leading dashes), each with the setting that carries it instead: options land in a 0644 config, node.json,
+# renders and the Ansible export.
+SECRET_OPTIONS: dict[str, str] = {
+    "api-key": "vllm.api_key_env or vllm.api_key_file instead; the key then reaches vLLM as VLLM_API_KEY through the"
+               " 0600 env file",
+    "hf-token": "vllm.hf_token_env or vllm.hf_token_file instead; the token then reaches vLLM as HF_TOKEN through the"
+                " 0600 env file",
+}
+
+
+def secret_option(name: str) -> bool:
+    """Whether ``name`` (however written: ``hf_token``, ``--API-Key``) is a secret or looks like one."""
+    from sparkguard.errors import option_name, secret_looking
+
+    return option_name(name) in SECRET_OPTIONS or secret_looking(name)
 
 
 def option_problem(name: str) -> str | None:
-    """Why ``name`` may not go into ``options``, or None."""
+    """Why ``name`` may not go into ``options``, or None. Never quotes the option's value."""
     import difflib
 
-    if name in SECRET_OPTIONS:
-        return ("is a secret: options land in a 0644 config and node.json. Set vllm.api_key_env or"
-                " vllm.api_key_file instead; the key then reaches vLLM as VLLM_API_KEY through the 0600 env file")
+    from sparkguard.errors import option_name
+
+    normal = option_name(name)
+    if normal in SECRET_OPTIONS:
+        return (f"is a secret ({normal}): options land in a 0644 config, node.json, renders and the Ansible"
+                f" export. Set {SECRET_OPTIONS[normal]}")
+    if secret_option(name) and normal not in KNOWN:
+        return ("looks like a secret, and options land in a 0644 config, node.json, renders and the Ansible export;"
+                " it is not a `vllm serve` option either. A Hugging Face token goes in vllm.hf_token_env or"
+                " vllm.hf_token_file, an API key in vllm.api_key_env or vllm.api_key_file")
     if name.startswith("-"):
         return f"write option names without leading dashes (e.g. '{name.lstrip('-')}')"
     if name in MANAGED:
         return ("is set by sparkguard from the budget and the model's settings (model, weights_dtype,"
                 " kv_cache_dtype, max_model_len, max_num_seqs, kv_cache_gib, port, vllm.listen); set those instead")
-    normalized = name.replace("_", "-")
-    if normalized != name and (normalized in KNOWN or normalized.removeprefix("no-") in KNOWN):
-        return f"vLLM config keys use dashes: write '{normalized}'"
+    if normal != name and (normal in KNOWN or normal.removeprefix("no-") in KNOWN):
+        return f"vLLM config keys are lower case with dashes: write '{normal}'"
     if name in KNOWN or (name.startswith("no-") and name[3:] in KNOWN):
         return None
     close = difflib.get_close_matches(name, sorted(KNOWN), n=1, cutoff=0.75)

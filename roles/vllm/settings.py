@@ -111,12 +111,14 @@ class VllmSettings(Settings):
         None, "Environment variable ON THE OPERATOR'S MACHINE holding the Hugging Face token (e.g. HF_TOKEN).",
         min_length=1)
     hf_token_file: str | None = setting(
-        None, "File ON THE OPERATOR'S MACHINE holding the Hugging Face token (absolute or ~ path).", min_length=1)
+        None, "File ON THE OPERATOR'S MACHINE holding the Hugging Face token (absolute or ~ path).", min_length=1,
+        operator_file="secret")
     api_key_env: Word | None = setting(
         None, "Environment variable ON THE OPERATOR'S MACHINE holding the API key clients must send (vLLM's"
         " VLLM_API_KEY, written only to the instance's 0600 env file). Never put the key in options.")
     api_key_file: str | None = setting(
-        None, "File ON THE OPERATOR'S MACHINE holding that API key (absolute or ~ path).", min_length=1)
+        None, "File ON THE OPERATOR'S MACHINE holding that API key (absolute or ~ path).", min_length=1,
+        operator_file="secret")
     hf_cache_dir: NodePath = setting(
         "/var/lib/sparkguard/hf-cache", "Model cache on the node (mounted into the container).", min_length=1)
     models: dict[str, ServedModel] = setting(

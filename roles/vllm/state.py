@@ -53,12 +53,12 @@ def env_path(name: str) -> str:
 
 def read_token(settings: VllmSettings) -> str | None:
     """The Hugging Face token from the operator's machine; None if no source is configured or readable."""
-    return read_secret(settings.hf_token_env, settings.hf_token_file)
+    return read_secret(settings.hf_token_env, settings.hf_token_file, "secret", "vllm.hf_token_file")
 
 
 def read_api_key(settings: VllmSettings) -> str | None:
     """The key clients must send (vLLM reads VLLM_API_KEY), from the operator's machine."""
-    return read_secret(settings.api_key_env, settings.api_key_file)
+    return read_secret(settings.api_key_env, settings.api_key_file, "secret", "vllm.api_key_file")
 
 
 def env_file(name: str, settings: VllmSettings) -> str:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .. import operator_files
 from ..errors import ConfigError, Problem
 
 
@@ -301,15 +302,28 @@ def load_model(spec: str) -> Architecture:
     if spec in PRESETS:
         return PRESETS[spec]()
     allowed = f"a preset ({', '.join(PRESETS)}) or the path of a Hugging Face config.json"
-    path = Path(spec)
-    if path.is_dir():
-        path = path / "config.json"
-    if not path.is_file():
-        raise ConfigError([Problem(host="", field="--model", value=spec, allowed=f"unknown model; use {allowed}")])
+
+    def refused(why: str) -> ConfigError:
+        return ConfigError([Problem(host="", field="--model", value=spec, allowed=f"{why}; use {allowed}")])
+
+    # Read through the one reader of operator-side files (a regular file, no /proc, /sys or /dev, at most
+    # 1 MiB); no message quotes what the file holds.
+    path = Path(spec).expanduser().absolute()
     try:
-        return from_hf_config(json.loads(path.read_text()), name=str(path))
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        raise ConfigError([Problem(
-            host="", field="--model", value=spec,
-            allowed=f"cannot read a model shape from {path} ({type(error).__name__}: {error}); use {allowed}",
-        )]) from error
+        if path.is_dir():
+            path = path / "config.json"
+        data = operator_files.read_checked(path, "json")
+    except operator_files.Refused as refusal:
+        raise refused(f"the file {path} {refusal.reason}") from None
+    if data is None:
+        raise refused("unknown model (no readable file there)")
+    try:
+        return from_hf_config(json.loads(data), name=str(path))
+    except json.JSONDecodeError as error:
+        raise refused(f"cannot read a model shape from {path}: not JSON (line {error.lineno}, column {error.colno})") \
+            from None
+    except KeyError as error:
+        raise refused(f"cannot read a model shape from {path}: it has no {error} key") from None
+    except (ValueError, TypeError, AttributeError, ArithmeticError, RecursionError) as error:
+        raise refused(f"cannot read a model shape from {path}: a value of the wrong type or range"
+                      f" ({type(error).__name__})") from None
