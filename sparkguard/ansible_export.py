@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from . import __version__, registry
+from . import __version__, registry, safe_write
 from .ansible_play import header, plays
 from .ansible_secrets import StandIns, traced
 from .errors import ConfigError, Problem
@@ -255,11 +255,9 @@ def site_text() -> str:
 
 
 def _target(root: Path, relative: str) -> Path:
-    """``root/relative``, refused outside ``root``; a symlink on the way is replaced, never written through."""
+    """``root/relative``, refused outside ``root`` and where a link or a non-file stands (sparkguard.safe_write)."""
     target = path_inside(root, root / relative, "", relative)
-    for path in (target.parent, target):
-        if path != root and path.is_symlink():
-            path.unlink()
+    safe_write.check(target)
     return target
 
 
@@ -275,18 +273,17 @@ def export_inventory(inventory: Inventory, out: Path) -> list[Path]:
     if refused:
         raise ConfigError(refused)
     data = {name: host for name, (host, _) in built.items()}
-    out.mkdir(parents=True, exist_ok=True)
-    root = out.resolve()
+    root = safe_write.output_directory(out)
     texts = {"site.yml": site_text(), "inventory.yml": inventory_text(entries), "ansible.cfg": ansible_cfg(len(entries))}
     texts |= {f"host_vars/{e.name}.yml": host_vars_text(e, data[e.name]) for e in entries}
-    targets = {relative: _target(root, relative) for relative in texts}
+    targets = {relative: _target(root, relative) for relative in texts}  # every refusal before any write
     host_vars = root / "host_vars"
+    safe_write.check_directory(host_vars)  # a link or a file where host_vars/ goes is refused, never followed
     if host_vars.is_dir():
-        for stale in set(host_vars.glob("*.yml")) - set(targets.values()):
-            stale.unlink()
+        for stale in sorted(set(host_vars.glob("*.yml")) - set(targets.values())):
+            safe_write.remove(stale)
     for relative, target in targets.items():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(texts[relative])
+        safe_write.write(target, texts[relative], root=root)
     return sorted(targets.values())
 
 

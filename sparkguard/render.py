@@ -2,17 +2,18 @@
 
 Output: ``OUT/<host>/<absolute path>`` with the exact bytes apply installs, and
 ``OUT/<host>.state.yml`` listing packages, modes, validators and services.
-Deterministic: same inventory, same bytes. Secrets become a placeholder.
+Deterministic: same inventory, same bytes. Secrets become a placeholder. Every file is written by
+sparkguard.safe_write: never through a symbolic link, never over anything but a regular file.
 """
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from . import safe_write
 from .desired import states_for
 from .errors import ConfigError, Problem
 from .facts import NodeInfo
@@ -82,23 +83,22 @@ def render_inventory(inventory: Inventory, out: Path) -> list[Path]:
     ]
     if missing:
         raise ConfigError(missing)
-    out.mkdir(parents=True, exist_ok=True)
-    root = out.resolve()
+    root = safe_write.output_directory(out)
+    entries = sorted(inventory.hosts, key=lambda h: h.name)
+    for entry in entries:  # before anything is written: a link or a non-file at a summary's place is refused
+        path_inside(root, root / entry.name, entry.name, "host name")
+        safe_write.check(root / f"{entry.name}.state.yml")
     written: list[Path] = []
-    for entry in sorted(inventory.hosts, key=lambda h: h.name):
+    for entry in entries:
         host_dir = path_inside(root, root / entry.name, entry.name, "host name")
         states = host_states(entry)
         targets = [(managed, path_inside(host_dir, host_dir / managed.path.lstrip("/"), entry.name, managed.path))
                    for state in states for managed in state.files]
-        if host_dir.is_symlink():
-            host_dir.unlink()
-        elif host_dir.exists():
-            shutil.rmtree(host_dir)
+        safe_write.remove_tree(host_dir)  # OUT/<host>/ is render's own: a link there is removed, never followed
         for managed, target in targets:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(SECRET_PLACEHOLDER if managed.secret else managed.content)
+            safe_write.write(target, SECRET_PLACEHOLDER if managed.secret else managed.content, root=root)
             written.append(target)
         summary = root / f"{entry.name}.state.yml"
-        summary.write_text(yaml.safe_dump(_summary(states), sort_keys=True, default_flow_style=False))
+        safe_write.write(summary, yaml.safe_dump(_summary(states), sort_keys=True, default_flow_style=False), root=root)
         written.append(summary)
     return sorted(written)

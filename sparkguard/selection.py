@@ -15,6 +15,7 @@ import fnmatch
 from collections.abc import Iterable
 from pathlib import Path
 
+from . import safe_write
 from .errors import ConfigError, Problem
 from .inventory import Inventory, InventoryHost
 
@@ -95,9 +96,12 @@ def select_hosts(inventory: Inventory, patterns: list[str] | None) -> list[Inven
 
 
 def write_retry_file(path: Path, failed: list[str]) -> None:
-    """The hosts to retry, for ``--limit @PATH``; a run with no failure removes the file."""
+    """The hosts to retry, for ``--limit @PATH``; a run with no failure removes the file.
+
+    Written by sparkguard.safe_write: a link or a non-file at PATH is refused, never written through
+    (apply checks it before it starts, too)."""
     if not failed:
-        path.unlink(missing_ok=True)
+        safe_write.remove(path)
         return
-    path.write_text("# sparkguard: hosts that failed; retry with --limit @" + str(path) + "\n"
-                    + "".join(f"{name}\n" for name in failed), encoding="utf-8")
+    safe_write.write(path, "# sparkguard: hosts that failed; retry with --limit @" + str(path) + "\n"
+                     + "".join(f"{name}\n" for name in failed))

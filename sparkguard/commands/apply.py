@@ -12,6 +12,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from .. import safe_write
 from ..advice import fleet_advice
 from ..console import console as make_console
 from ..converge import role_deploy, site_deploy
@@ -60,6 +61,9 @@ def _check_fleet_flags(args: argparse.Namespace) -> None:
         problems.append(Problem("", "--max-fail-percent", args.max_fail_percent, "a percentage, 0 to 100"))
     if args.max_fail_percent and args.serial is None:
         problems.append(Problem("", "--max-fail-percent", args.max_fail_percent, "applies per batch: give --serial"))
+    refused = safe_write.refusal(Path(args.retry_file)) if args.retry_file else None
+    if refused:  # before any connection: the file is written after the run, never through a link
+        problems.append(Problem("", "--retry-file", args.retry_file, f"{refused}; {safe_write.RULE}"))
     if problems:
         raise ConfigError(problems)
 

@@ -17,7 +17,7 @@ import os
 import textwrap
 from pathlib import Path
 
-from .. import __version__
+from .. import __version__, safe_write
 from ..errors import ConfigError, Problem
 from ..inventory import name_problem
 from . import Subcommands
@@ -102,19 +102,28 @@ def files(args: argparse.Namespace) -> dict[str, str]:
     }
 
 
+def _what(path: Path) -> str:
+    why = safe_write.refusal(path)  # a link (dangling or not), a directory, a FIFO: said as such
+    return f" and {why}" if why else ""
+
+
 def run(args: argparse.Namespace) -> int:
     root = Path(args.directory)
     planned = files(args)
-    existing = [name for name in planned if (root / name).exists()]
+    # lexists: a link counts as there even when it leads nowhere (a dangling link is not a free name)
+    existing = [name for name in planned if os.path.lexists(root / name)]
     if existing:
-        raise ConfigError([Problem("", "init", str(root / name), "already exists; init never overwrites: move it "
-                                   "away or init another directory") for name in existing])
+        raise ConfigError([Problem("", "init", str(root / name), f"already exists{_what(root / name)}; init never "
+                                   f"overwrites (nor writes through a link): move it away or init another directory")
+                           for name in existing])
+    for folder in sorted({parent for name in planned for parent in Path(name).parents if parent != Path(".")}):
+        safe_write.check_directory(root / folder)  # a link on the way is refused before anything is written
+    safe_write.output_directory(root)
     for name, content in planned.items():
         path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(content)
-        if name.endswith(".sh"):
-            os.chmod(path, 0o755)
+        # Created new (O_EXCL, never through a link, no link followed below ROOT); the script's mode is set
+        # on the file this call created, by its descriptor.
+        safe_write.write(path, content, root=root, mode=0o755 if name.endswith(".sh") else None, exclusive=True)
         print(f"wrote {path}")
     print(f"next: edit {root}/inventory/{args.name}/hosts.yml, then `sparkguard validate {root}/inventory/{args.name}`")
     return 0

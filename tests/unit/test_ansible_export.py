@@ -42,6 +42,7 @@ from sparkguard.ansible_secrets import StandIns
 from sparkguard.errors import ConfigError
 from sparkguard.inventory import load_inventory
 from sparkguard.render import host_states
+from sparkguard.safe_write import OutputPathError
 from sparkguard.state import DesiredState, FileEdit, ManagedFile
 from tests.conftest import REPO, run_cli
 
@@ -182,18 +183,32 @@ def test_a_choice_apply_makes_on_the_live_node_is_named_where_the_export_made_it
     assert ("Chosen without seeing the node" in (tmp_path / "out" / "host_vars" / "h.yml").read_text()) is noted
 
 
-def test_paths_stay_under_out_and_links_are_replaced_not_followed(inventory_dir, tmp_path):
+def test_paths_stay_under_out_and_links_are_refused_not_followed(inventory_dir, tmp_path):
+    # sparkguard.safe_write: a link (or a non-file) at an output path is exit 2 before anything is written.
     inventory = one_host(inventory_dir)
     out, elsewhere = tmp_path / "out", tmp_path / "elsewhere"
     elsewhere.mkdir()
     (out / "host_vars").mkdir(parents=True)
-    (out / "site.yml").symlink_to(elsewhere / "site.yml")
     (out / "host_vars" / "gone.yml").write_text("old host\n")
-    (out / "host_vars" / "h.yml").symlink_to(elsewhere / "h.yml")
+    for planted in (out / "site.yml", out / "host_vars" / "h.yml"):
+        planted.symlink_to(elsewhere / planted.name)
+        with pytest.raises(OutputPathError, match=re.escape(str(planted.name)) + ".*symbolic link") as refused:
+            export_inventory(inventory, out)
+        assert refused.value.exit_code == 2 and list(elsewhere.iterdir()) == []
+        assert sorted(p.name for p in out.rglob("*")) == sorted(["gone.yml", "host_vars", planted.name])
+        planted.unlink()
+    (out / "host_vars").rename(tmp_path / "moved")
+    (out / "host_vars").symlink_to(elsewhere)             # a linked directory is refused too, never emptied
+    (elsewhere / "keep.yml").write_text("not sparkguard's\n")
+    with pytest.raises(OutputPathError, match="host_vars"):
+        export_inventory(inventory, out)
+    assert [p.name for p in elsewhere.iterdir()] == ["keep.yml"]
+    (out / "host_vars").unlink()
+    (tmp_path / "moved").rename(out / "host_vars")
     written = export_inventory(inventory, out)
     assert sorted(p.relative_to(out.resolve()).as_posix() for p in written) == [
         "ansible.cfg", "host_vars/h.yml", "inventory.yml", "site.yml"]
-    assert list(elsewhere.iterdir()) == [] and not (out / "host_vars" / "gone.yml").exists()
+    assert not (out / "host_vars" / "gone.yml").exists()
     assert not any(p.is_symlink() for p in written)
     for relative in ("../escape.yml", "host_vars/../../escape.yml", "/etc/passwd"):
         with pytest.raises(ConfigError):

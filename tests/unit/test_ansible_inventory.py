@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -161,3 +162,74 @@ def test_a_bad_range_is_exit_2(inventory_dir, name, why):
     """)
     done = run_cli("validate", str(path))
     assert done.returncode == 2 and why in done.stderr and "Traceback" not in done.stderr
+
+
+# Groups are a graph by name, as in Ansible: a group named under two parents is in both, with every host it
+# holds, and each group is read once whatever number of paths lead to it (issue 27: a 2.3 KB JSON of shared
+# children was walked path by path, 2**30 of them).
+SHARED = """
+all:
+  vars:
+    node: {memory_total_gib: 121.7}
+  children:
+    gpu:
+      hosts:
+        s1: {ansible_host: 192.0.2.1}
+    rack1:
+      children:
+        gpu:
+          hosts:
+            s2: {ansible_host: 192.0.2.2}
+        edge:
+          children:
+            gpu: {}
+    rack2:
+      children:
+        edge: {}
+"""
+
+
+def groups_of(path: Path) -> dict[str, set[str]]:
+    return {h.name: set(h.groups) - {"all", "ungrouped"} for h in load_inventory(path).hosts}
+
+
+def test_a_group_under_two_parents_is_one_group_in_both_as_ansible_reads_it(tmp_path):
+    source = write(tmp_path / "ansible", {"hosts.yml": SHARED})
+    expected = {"s1": {"gpu", "rack1", "edge", "rack2"}, "s2": {"gpu", "rack1", "edge", "rack2"}}
+    assert groups_of(source) == expected
+    assert groups_of(listed(source / "hosts.yml", tmp_path / "saved")) == expected
+
+
+def test_shared_children_in_inventory_list_json_are_read_once_each(tmp_path):
+    levels = 30  # 2**30 paths from `all` to the host: read as 60 groups
+    document: dict = {"_meta": {"hostvars": {"s1": {"ansible_host": "192.0.2.1"}}}, "all": {"children": ["g0", "k0"]}}
+    for level in range(levels):
+        for prefix in "gk":
+            document[f"{prefix}{level}"] = ({"children": [f"g{level + 1}", f"k{level + 1}"]} if level < levels - 1
+                                            else {"hosts": ["s1"], "vars": {"node": {"memory_total_gib": 121.7}}})
+    (tmp_path / "hosts.yml").write_text(json.dumps(document))
+    inventory = load_inventory(tmp_path)
+    assert set(inventory.host("s1").groups) == {"all"} | {f"{p}{n}" for p in "gk" for n in range(levels)}
+    assert inventory.groups["g29"] == ["s1"] and inventory.host("s1").config.node.memory_total_gib == 121.7
+
+
+@pytest.mark.parametrize(("document", "why"), [
+    ({"all": {"children": ["a"]}, "a": {"children": ["b"]}, "b": {"children": ["a"]}, "_meta": {"hostvars": {}}},
+     "is its own ancestor (all > a > b > a)"),
+    ({"all": {"children": [f"g{n}" for n in range(1)]}, **{f"g{n}": {"children": [f"g{n + 1}"]} for n in range(40)},
+      "_meta": {"hostvars": {}}}, "groups nest deeper than 32 levels (all > g0 > g1"),
+])
+def test_a_group_loop_or_chain_too_deep_names_its_groups(tmp_path, document, why):
+    (tmp_path / "hosts.yml").write_text(json.dumps(document))
+    with pytest.raises(ConfigError, match=re.escape(why)):
+        load_inventory(tmp_path)
+
+
+def test_a_range_is_counted_before_it_is_built(inventory_dir):
+    path = inventory_dir("""
+        all:
+          hosts:
+            "h[0:4095]x[0:4095]y[0:4095]": {ssh_host: 192.0.2.1}
+    """)
+    with pytest.raises(ConfigError, match=r"name 68719476736 hosts \(4096 x 4096 x 4096\), more than the 4096"):
+        load_inventory(path)

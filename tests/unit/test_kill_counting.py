@@ -164,3 +164,35 @@ def test_a_kill_ten_minutes_later_counts_again(tmp_path, spool):
     subprocess.run([str(script)], check=True, capture_output=True, timeout=20)
     assert kills(tmp_path) == {"python3": 1, "ALL": 1}
     assert (tmp_path / "counts.recent").read_text().count("\n") == 1     # the old line was dropped
+
+
+# A *.tmp in the 1733 spool is a write in progress only when it is a young regular file of root or of a
+# systemd dynamic user (UIDs 61184-65519, earlyoom's DynamicUser): anything else is removed (issue 27).
+TMP_OWNERS = {
+    "root": (0, True),
+    "the first dynamic uid (61184)": (61184, True),
+    "a dynamic user (61200)": (61200, True),
+    "the last dynamic uid (65519)": (65519, True),
+    "a local user (1000)": (1000, False),
+    "just below the dynamic range (61183)": (61183, False),
+    "just above the dynamic range (65520)": (65520, False),
+    "a high uid (70000)": (70000, False),
+}
+
+
+@pytest.mark.parametrize("uid,left", TMP_OWNERS.values(), ids=list(TMP_OWNERS))
+def test_only_the_guards_young_tmp_file_is_left_in_the_spool(tmp_path, spool, uid, left):
+    script = collector(tmp_path, spool)
+    young, old = spool / "1.1.event.tmp", spool / "2.2.event.tmp"
+    for path in (young, old):
+        path.write_text(event(10, "5"))
+        os.chown(path, uid, uid)
+    os.utime(old, (time.time() - 300, time.time() - 300))              # a write that never finished
+    (spool / "3.3.tmp").symlink_to("/etc/shadow")                         # a link is never a write in progress
+    forged = spool / "4.4.event"
+    forged.write_text(event(20, "7", name="sshd"))
+    os.chown(forged, uid, uid)
+    run = subprocess.run([str(script)], capture_output=True, text=True, timeout=20)
+    assert run.returncode == 0, run.stderr
+    assert sorted(p.name for p in spool.iterdir()) == (["1.1.event.tmp"] if left else [])
+    assert kills(tmp_path) == ({"sshd": 1, "ALL": 1} if left else {"ALL": 0})
