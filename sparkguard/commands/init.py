@@ -4,8 +4,14 @@ An operator keeps the fleet's inventory in their own repository and reviews ever
 pull request. ``init`` writes the starting point: ``inventory/NAME/hosts.yml`` with the node
 profile filled in, ``group_vars/``, ``requirements.txt`` pinning this sparkguard, and one review
 script that GitHub Actions and GitLab CI both run on a pull/merge request: validate, plan, render
-the target branch and the change, and write the rendered diff (secrets show as ``<secret>``, since
-render never writes them) for the CI job to post.
+the target branch and the change, and write ``review.md`` with the rendered diff (secrets show as
+``<secret>``, since render never writes them), or what was refused.
+
+The CI is two jobs, since the review runs the change's own code (its requirements, review script and
+inventory, any of which the change may rewrite): the job that runs it holds no secret and no write
+permission and keeps only ``review.md``; a second job that runs none of the change's code (a
+``workflow_run`` workflow on GitHub, a later ``GIT_STRATEGY: none`` job on GitLab whose token is
+protected, masked and scoped to it) posts ``review.md`` as text, read as data. docs/security.md says why.
 
 It never overwrites: an existing file is exit 2, naming it.
 """
@@ -98,6 +104,7 @@ def files(args: argparse.Namespace) -> dict[str, str]:
         "requirements.txt": f"sparkguard=={__version__}\n",
         ".sparkguard/review.sh": REVIEW_SCRIPT,
         ".github/workflows/sparkguard.yml": GITHUB_WORKFLOW.replace("INVENTORY", inventory),
+        ".github/workflows/sparkguard-comment.yml": GITHUB_COMMENT_WORKFLOW,
         ".gitlab-ci.yml": GITLAB_CI.replace("INVENTORY", inventory),
     }
 
@@ -132,46 +139,108 @@ def run(args: argparse.Namespace) -> int:
 REVIEW_SCRIPT = """#!/bin/sh
 # sparkguard review of a change (written by `sparkguard init`; run by CI on every pull/merge request):
 #   .sparkguard/review.sh INVENTORY BASE_REF OUT_DIR
-# validate and plan the change, render the base and the change, and write OUT_DIR/review.md with
-# the rendered diff. render never writes a secret (it shows as <secret>), so the diff is safe to post.
-# Exit non-zero when the change does not validate or does not fit (plan), so the check goes red.
+# validate and plan the change, render the base and the change, and write OUT_DIR/review.md: plain text, the
+# plan and the rendered diff, and the only file written in OUT_DIR (renders and logs go to a temporary
+# directory, removed on exit). render never writes a secret (it shows as <secret>), and sparkguard never
+# prints a file an inventory names nor the environment, so the review holds neither.
+# When the change is refused (it does not validate, does not fit, or does not render), review.md says what
+# was refused and why, and the script exits 1, so the check goes red.
+# The CI job that runs this runs the change's own code (its requirements, this script, its inventory): it
+# holds no secret and writes nothing but review.md. Another job, which runs none of the change's code,
+# posts review.md as text (.github/workflows/sparkguard-comment.yml, .gitlab-ci.yml's sparkguard-note).
 set -eu
 inventory=$1 base=$2 out=$3
 mkdir -p "$out"
-sparkguard validate "$inventory"
-sparkguard plan "$inventory" > "$out/plan.txt"
-sparkguard render "$inventory" --out "$out/head" > /dev/null
-worktree=$(mktemp -d)
-trap 'git worktree remove --force "$worktree" >/dev/null 2>&1 || rm -rf "$worktree"' EXIT
-git worktree add --detach --quiet "$worktree" "$base"
-if [ -f "$worktree/$inventory/hosts.yml" ]; then
-  sparkguard render "$worktree/$inventory" --out "$out/base" > /dev/null
+review="$out/review.md"
+work=$(mktemp -d)
+trap 'git worktree remove --force "$work/tree" >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
+refused() {  # $1: what was refused; $work/log: what the step that refused it said
+  { echo "sparkguard review of $inventory: REFUSED: $1"; echo; cat "$work/log"; } > "$review"
+  cat "$work/log" >&2
+  echo "review written to $review (refused: $1)" >&2
+  exit 1
+}
+sparkguard validate "$inventory" > "$work/log" 2>&1 || refused "the change does not validate"
+sparkguard plan "$inventory" > "$work/plan" 2> "$work/log" ||
+  { cat "$work/log" >> "$work/plan"; mv "$work/plan" "$work/log"; refused "the change does not fit (plan)"; }
+sparkguard render "$inventory" --out "$work/head" > /dev/null 2> "$work/log" || refused "the change does not render"
+git worktree add --detach --quiet "$work/tree" "$base" > "$work/log" 2>&1 || refused "no base $base to compare with"
+if [ -f "$work/tree/$inventory/hosts.yml" ]; then
+  sparkguard render "$work/tree/$inventory" --out "$work/base" > /dev/null 2> "$work/log" ||
+    refused "the base ($base) does not render"
 else
-  mkdir -p "$out/base"   # a new inventory: everything is added
+  mkdir "$work/base"   # a new inventory: everything is added
 fi
 {
-  echo "### sparkguard: what this change does to the nodes ($inventory)"
+  echo "sparkguard review of $inventory: what this change does to the nodes"
   echo
-  echo '```'
-  cat "$out/plan.txt"
-  echo '```'
+  cat "$work/plan"
   echo
-  echo '```diff'
-  (cd "$out" && diff -ruN base head) || true
-  echo '```'
-} > "$out/review.md"
-echo "review written to $out/review.md"
+  # the file headers without their times, so the same change gives the same review
+  (cd "$work" && diff -ruN base head) | awk 'h > 0 { sub(/\\t.*/, ""); h-- } /^diff -ruN / { h = 2 } { print }'
+} > "$review"
+echo "review written to $review"
 """
 
+# How both posters read review.md: the one piece of the change that reaches a job holding a token, so it is data.
+# A job that ran the change's own code wrote it (that code may be anything: the change can rewrite review.sh
+# and requirements.txt). It is opened without following a link (a link to /proc/self/environ would otherwise
+# read the poster's own token), must be a regular file, is capped, and is shown in a fence that no line of it
+# can close: no Markdown, no mention, no link, no control or bidirectional character. Never run, never put in a
+# command line. Run with `python3 -I`: the working directory (where a review job's leftovers may lie) is not
+# on the import path.
+POST_FORMAT = r'''import os
+import re
+import stat
+import sys
+
+LIMIT = 60000  # bytes of review.md shown: a GitHub comment holds 65536 characters
+
+
+def comment(directory):
+    """DIRECTORY/review.md as the text to post, or None when there is none (refused: exit 1)."""
+    try:
+        folder = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        try:
+            fd = os.open("review.md", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=folder)
+        finally:
+            os.close(folder)
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        raise SystemExit("sparkguard: review.md refused, nothing posted: %s (a link?)" % error.strerror)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise SystemExit("sparkguard: review.md refused, nothing posted: not a regular file")
+    with os.fdopen(fd, "rb") as file:
+        data = file.read(LIMIT + 1)
+    text = data[:LIMIT].decode("utf-8", "replace")
+    text = "".join(c if c in "\n\t" or c.isprintable() else "\ufffd" for c in text)
+    if len(data) > LIMIT:
+        text += "\n[cut at %d bytes: the whole review is the review job's artifact]" % LIMIT
+    text = re.sub("`{9,}", "`" * 8, text)  # so the fence stays short: at most 9 backticks
+    fence = "`" * max(3, 1 + max((len(run) for run in re.findall("`+", text)), default=0))
+    return ("sparkguard review (made by running this change's own code: as trustworthy as the change;"
+            " shown as text):\n\n" + fence + "text\n" + text + "\n" + fence + "\n")
+'''
+
+
+def _indent(text: str, spaces: int) -> str:
+    return textwrap.indent(text, " " * spaces)
+
+
 GITHUB_WORKFLOW = """# sparkguard review (written by `sparkguard init`): on every pull request, validate and plan the
-# inventory, and post what the change does to each node (the rendered diff; secrets show as <secret>).
+# inventory and render what the change does to each node (the rendered diff; secrets show as <secret>).
+# This job runs the pull request's own code (its requirements, review script and inventory), so it holds
+# no secret and no write permission: a read-only token, not kept by the checkout, and no secret. It
+# only uploads review.md as the artifact sparkguard-review. sparkguard-comment.yml, a separate workflow
+# that never checks out or runs pull request code, posts it as text.
 name: sparkguard
 on:
   pull_request:
-    paths: ["INVENTORY/**", "requirements.txt"]
+    paths: ["INVENTORY/**", "requirements.txt", ".sparkguard/**"]
 permissions:
   contents: read
-  pull-requests: write
 jobs:
   review:
     runs-on: ubuntu-24.04
@@ -179,38 +248,145 @@ jobs:
       - uses: actions/checkout@v4
         with:
           fetch-depth: 0
+          persist-credentials: false
       - uses: actions/setup-python@v5
         with:
           python-version: "3.12"
       - run: pip install -r requirements.txt
-      - run: .sparkguard/review.sh INVENTORY "origin/${{ github.base_ref }}" "$RUNNER_TEMP/sparkguard"
+      - env:
+          BASE_REF: ${{ github.base_ref }}
+        run: .sparkguard/review.sh INVENTORY "origin/$BASE_REF" "$RUNNER_TEMP/sparkguard"
       - if: always()
-        env:
-          GH_TOKEN: ${{ github.token }}
-        run: |
-          test -f "$RUNNER_TEMP/sparkguard/review.md" &&
-            gh pr comment "${{ github.event.pull_request.number }}" --body-file "$RUNNER_TEMP/sparkguard/review.md"
+        uses: actions/upload-artifact@v4
+        with:
+          name: sparkguard-review
+          path: ${{ runner.temp }}/sparkguard/review.md
+          if-no-files-found: ignore
+          retention-days: 7
 """
 
-GITLAB_CI = """# sparkguard review (written by `sparkguard init`): on every merge request, validate and plan the
-# inventory, and keep what the change does to each node (the rendered diff; secrets show as <secret>)
-# as an artifact; with a SPARKGUARD_NOTE_TOKEN (api scope) it is also posted as a note.
+GITHUB_COMMENT_WORKFLOW = r"""# sparkguard comment (written by `sparkguard init`): posts a pull request's review as a comment.
+# It runs from the default branch when a sparkguard run ends (workflow_run), never checks out nor runs
+# pull request code, and holds the only write permission (pull-requests: write, with the workflow's own
+# GITHUB_TOKEN; no other secret). review.md, downloaded by the run's id, is data: read without following a
+# link, capped, and posted in a fence (plain text); nothing from it reaches a command line or an expression.
+# The pull request is the open one whose head is the commit that run reviewed, found from the event and the
+# API, never from the artifact.
+name: sparkguard comment
+on:
+  workflow_run:
+    workflows: [sparkguard]
+    types: [completed]
+permissions: {}
+jobs:
+  comment:
+    if: github.event.workflow_run.event == 'pull_request'
+    runs-on: ubuntu-24.04
+    permissions:
+      actions: read
+      pull-requests: write
+    env:
+      GH_TOKEN: ${{ github.token }}
+      GH_REPO: ${{ github.repository }}
+      RUN_ID: ${{ github.event.workflow_run.id }}
+      HEAD_SHA: ${{ github.event.workflow_run.head_sha }}
+      HEAD_OWNER: ${{ github.event.workflow_run.head_repository.owner.login }}
+      HEAD_BRANCH: ${{ github.event.workflow_run.head_branch }}
+    steps:
+      - name: post review.md as text
+        run: |
+          set -eu
+          dir="$RUNNER_TEMP/sparkguard-review"
+          if ! gh run download "$RUN_ID" --name sparkguard-review --dir "$dir"; then
+            echo "sparkguard: run $RUN_ID kept no sparkguard-review artifact: nothing posted"
+            exit 0
+          fi
+          python3 -I - "$dir" "$RUNNER_TEMP/comment.md" <<'EOF'
+@POST_FORMAT@
+          body = comment(sys.argv[1])
+          if body is None:
+              raise SystemExit("sparkguard: the artifact holds no review.md: nothing posted")
+          with open(sys.argv[2], "w", encoding="utf-8") as out:
+              out.write(body)
+          EOF
+          gh api --method GET "repos/$GH_REPO/pulls" -f state=open -f head="$HEAD_OWNER:$HEAD_BRANCH" \
+            --jq '.[] | [.number, .head.sha] | @tsv' > "$RUNNER_TEMP/pulls"
+          posted=0
+          while read -r number sha; do
+            case "$number" in ''|*[!0-9]*) continue ;; esac
+            if [ "$sha" = "$HEAD_SHA" ]; then
+              gh pr comment "$number" --body-file "$RUNNER_TEMP/comment.md"
+              posted=1
+            fi
+          done < "$RUNNER_TEMP/pulls"
+          if [ "$posted" = 0 ]; then
+            echo "sparkguard: no open pull request has head $HEAD_SHA (pushed again since?): nothing posted"
+          fi
+""".replace("@POST_FORMAT@\n", _indent(POST_FORMAT + "\n", 10))
+
+GITLAB_CI = r"""# sparkguard review (written by `sparkguard init`): on every merge request, validate and plan the
+# inventory and render what the change does to each node (the rendered diff; secrets show as <secret>).
+# sparkguard-review runs the merge request's own code (its requirements, review script and inventory): it
+# references no token, and keeps only review.md as its artifact. sparkguard-note, in the next stage, checks
+# out nothing and runs only the script below, which reads review.md as data (no link followed, capped, posted
+# as text in a fence) and posts it as a note with SPARKGUARD_NOTE_TOKEN, when that variable reaches it.
+# SPARKGUARD_NOTE_TOKEN: a project access token, role Reporter, scope api (the narrowest that can write a
+# note; read_api cannot), with an expiry date. Its CI/CD variable: protected, masked (and hidden), with
+# environment scope sparkguard-note, so only this job gets it, and only in pipelines GitLab counts as
+# protected (a merge request between protected branches, not from a fork). A merge request from any other
+# branch can rewrite this file, so it never gets the token: its review stays sparkguard-review's artifact.
+# Run both jobs on runners that start each job in a fresh container (docker, kubernetes), not a shell runner.
+stages: [review, note]
+
 sparkguard-review:
+  stage: review
   image: python:3.12
   rules:
     - if: $CI_PIPELINE_SOURCE == "merge_request_event"
-      changes: ["INVENTORY/**/*", "requirements.txt"]
+      changes: ["INVENTORY/**/*", "requirements.txt", ".sparkguard/**/*"]
   script:
     - pip install -r requirements.txt
     - git fetch origin "$CI_MERGE_REQUEST_TARGET_BRANCH_NAME"
     - .sparkguard/review.sh INVENTORY "origin/$CI_MERGE_REQUEST_TARGET_BRANCH_NAME" sparkguard-review
-    - |
-      if [ -n "${SPARKGUARD_NOTE_TOKEN:-}" ]; then
-        python3 -c 'import json,sys; print(json.dumps({"body": open(sys.argv[1]).read()}))' sparkguard-review/review.md |
-          curl --fail -sS -X POST -H "PRIVATE-TOKEN: $SPARKGUARD_NOTE_TOKEN" -H "Content-Type: application/json" \\
-            --data @- "$CI_API_V4_URL/projects/$CI_PROJECT_ID/merge_requests/$CI_MERGE_REQUEST_IID/notes"
-      fi
   artifacts:
     when: always
-    paths: [sparkguard-review/]
-"""
+    expire_in: 1 week
+    paths: [sparkguard-review/review.md]
+
+sparkguard-note:
+  stage: note
+  image: python:3.12-slim
+  needs: [{job: sparkguard-review, artifacts: true}]
+  variables:
+    GIT_STRATEGY: none
+  environment:
+    name: sparkguard-note
+    action: access
+  rules:
+    - if: $CI_PIPELINE_SOURCE == "merge_request_event"
+      changes: ["INVENTORY/**/*", "requirements.txt", ".sparkguard/**/*"]
+      when: always
+  script:
+    - |
+      python3 -I - "$CI_PROJECT_DIR/sparkguard-review" <<'EOF'
+@POST_FORMAT@
+      import json
+      import urllib.request
+
+      token = os.environ.get("SPARKGUARD_NOTE_TOKEN", "")
+      if not token:
+          print("sparkguard: no SPARKGUARD_NOTE_TOKEN here (protected: only pipelines of protected branches get it):"
+                " nothing posted; the review is sparkguard-review's artifact")
+          raise SystemExit(0)
+      body = comment(sys.argv[1])
+      if body is None:
+          print("sparkguard: sparkguard-review left no review.md: nothing posted")
+          raise SystemExit(0)
+      url = "%s/projects/%s/merge_requests/%s/notes" % (
+          os.environ["CI_API_V4_URL"], os.environ["CI_PROJECT_ID"], os.environ["CI_MERGE_REQUEST_IID"])
+      request = urllib.request.Request(url, data=json.dumps({"body": body}).encode(), method="POST",
+                                       headers={"PRIVATE-TOKEN": token, "Content-Type": "application/json"})
+      with urllib.request.urlopen(request, timeout=60) as response:
+          print("sparkguard: note posted (HTTP %d)" % response.status)
+      EOF
+""".replace("@POST_FORMAT@\n", _indent(POST_FORMAT + "\n", 6))

@@ -43,6 +43,8 @@ def test_the_scaffold_validates_plans_and_renders(repo):
     for workflow in (repo / ".github/workflows/sparkguard.yml", repo / ".gitlab-ci.yml"):
         text = workflow.read_text()
         assert yaml.safe_load(text) and ".sparkguard/review.sh inventory/prod" in text and "INVENTORY" not in text
+    # the comment is posted by a workflow of its own (tests/unit/test_init_redteam.py: who holds what)
+    assert yaml.safe_load((repo / ".github/workflows/sparkguard-comment.yml").read_text())["name"] == "sparkguard comment"
 
 
 def test_init_never_overwrites_and_refuses_bad_names(repo, tmp_path):
@@ -74,9 +76,23 @@ def test_the_review_script_shows_the_change_and_no_secret(repo, tmp_path):
     assert "T0KEN-SECRET" not in review and "<secret>" in review
     assert "verdict: FITS" in review
     assert git(repo, "worktree", "list").count("\n") == 1     # the base's worktree is gone
+    assert sorted(p.name for p in out.iterdir()) == ["review.md"]  # renders and plan stayed in a temporary directory
+    headers = [line for line in review.splitlines() if line.startswith(("--- base/", "+++ head/"))]
+    assert headers and not any("\t" in line for line in headers)  # no file times: the same change, the same review
 
     (repo / "inventory/prod/group_vars/dgx_spark.yml").write_text("earlyoom: {term_percent: 200}\n")
     broken = subprocess.run([str(repo / ".sparkguard/review.sh"), "inventory/prod", "main", str(tmp_path / "r2")],
                             cwd=repo, capture_output=True, text=True, timeout=600,
                             env={**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"})
     assert broken.returncode != 0 and "earlyoom.term_percent" in broken.stderr
+    refused = (tmp_path / "r2/review.md").read_text()  # the review says what was refused, for the comment
+    assert refused.startswith("sparkguard review of inventory/prod: REFUSED: the change does not validate")
+    assert "earlyoom.term_percent" in refused and sorted(p.name for p in (tmp_path / "r2").iterdir()) == ["review.md"]
+
+
+def test_init_writes_the_same_files_every_time(tmp_path):
+    for name in ("a", "b"):
+        assert run_cli("init", str(tmp_path / name)).returncode == 0
+    written = {name: {p.relative_to(tmp_path / name): p.read_bytes() for p in sorted((tmp_path / name).rglob("*"))
+                      if p.is_file()} for name in ("a", "b")}
+    assert written["a"] == written["b"] and Path(".github/workflows/sparkguard-comment.yml") in written["a"]
