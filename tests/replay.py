@@ -540,7 +540,9 @@ def run_cell(handle, node: str, plan: ReplayPlan, launch: Launch, timeout_s: flo
             time.sleep(2.0)  # the path unit collects the kill event
             _, counter, _ = ssh("cat /var/lib/prometheus/node-exporter/sparkguard_earlyoom.prom")
             _, log, _ = ssh(f"journalctl -u {guard} --since '{since}' --no-pager -o cat")
-            _, collected, _ = ssh(f"journalctl -t sparkguard-earlyoom --since '{since}' --no-pager -o cat")
+            _, collected, _ = ssh(f"journalctl -t sparkguard-earlyoom --since '{since}' --no-pager -o cat; "
+                                  f"echo '-- agent --'; journalctl -u sparkguard-gpu-ranking --since '{since}' "
+                                  f"--no-pager -o short-precise | tail -n 30")
             record = None
             if launch.record:
                 rc, out, _ = ssh("cat /var/lib/sparkguard/train/last.json")
