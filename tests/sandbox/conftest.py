@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import shutil
 import textwrap
-import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ import yaml
 
 from sparkguard import sandbox
 from tests.conftest import require_root_and_tools
+from tests.waiting import wait_for  # noqa: F401 - re-exported for the sandbox modules
 
 
 def net(default: str) -> str:
@@ -153,13 +153,3 @@ def trixie_node(tmp_path_factory):
         yield handle
 
 
-def wait_for(predicate, timeout: float = 20.0, what: str = ""):
-    """Poll until ``predicate()`` is truthy and return it; fail naming ``what`` after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.3)

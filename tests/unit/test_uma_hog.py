@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 
 from tests.replay import HUGEPAGE_LOCK
+from tests.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 HOG = REPO / "tools" / "sparkguard-uma-hog"
@@ -122,14 +123,7 @@ def fd_targets(pid: int) -> list[str]:
 
 
 def wait_until(what: str, predicate, timeout: float = 5.0, every: float = 0.02):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(every)
+    return wait_for(predicate, timeout, what, every)
 
 
 class Hog:
