@@ -31,6 +31,7 @@ from __future__ import annotations
 import atexit
 import ctypes
 import fcntl
+import hashlib
 import json
 import os
 import shutil
@@ -56,6 +57,26 @@ INCLUDE = ",".join([
 # Kernel flavours. "cloud" boots fastest and has softdog, but no i6300esb driver
 # (CONFIG_I6300ESB_WDT is not set); "generic" has both, for watchdog=True VMs.
 KERNELS = {"cloud": "linux-image-cloud-amd64", "generic": "linux-image-amd64"}
+# Image variants: packages baked in after debootstrap, so a test never waits for apt under TCG.
+# "incident": the seed's node as shipped: the real Debian docker engine and the monitoring packages
+# (installed, not configured: the control arm of bench/incident runs them as Debian ships them), plus
+# a trainer rootfs (python3 and what it links) for `docker import` (no registry here).
+VARIANTS: dict[str, tuple[str, ...]] = {
+    "": (),
+    # apparmor: the cloud kernel has AppArmor on, and dockerd loads its default profile with apparmor_parser.
+    "incident": ("docker.io", "apparmor", "prometheus", "prometheus-node-exporter", "prometheus-alertmanager"),
+}
+TRAINER_TAR = "/var/lib/sparkguard-vm/trainer-rootfs.tar"
+# python3 and every shared object it and its C modules link: a trainer image with no registry.
+# Real paths only (merged /usr: /lib and /lib64 are links), so docker's extraction never walks a link.
+TRAINER_SCRIPT = ("set -e; cd /; files=$( (ldd /usr/bin/python3.11; for so in /usr/lib/python3.11/lib-dynload/*.so; "
+    "do ldd $so; done) | awk '/=>/ {print $3} /^\\t\\// {print $1}' | sort -u | while read -r p; do "
+    # the soname link (libz.so.1) where its directory really is, and the file it names
+    "echo \"$(readlink -f \"$(dirname \"$p\")\")/$(basename \"$p\")\"; readlink -f \"$p\"; done "
+    "| sed 's|^/||' | sort -u); "
+    f"tar -cf {TRAINER_TAR} --exclude=usr/lib/python3.11/test bin lib lib64 usr/bin/python3 "
+    "usr/bin/python3.11 usr/bin/dash usr/bin/sh usr/lib/python3.11 $files")
+
 ROOT_SIZE = "3G"
 SWAP_LABEL = "sgswap"
 HOSTNAME = "sgvm"
@@ -186,7 +207,28 @@ def _remove_tree(path: Path) -> None:
     shutil.rmtree(path)
 
 
-def _build(partial: Path, release: str, kernel: str, started: float, log) -> str:
+def _install_variant(rootfs: Path, variant: str) -> None:
+    """Bake a variant's packages (and, for "incident", the trainer rootfs) into the image."""
+    packages = VARIANTS[variant]
+    if not packages:
+        return
+    proc = rootfs / "proc"
+    _run(["mount", "-t", "proc", "proc", str(proc)])
+    try:
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        _run(["chroot", str(rootfs), "apt-get", "install", "-y", "-q", "--no-install-recommends", *packages],
+             timeout=1800, env=env)
+        # Stock Debian enables and would start them at boot: the control arm wants them as Debian ships
+        # them, the treatment lets sparkguard configure them; docker starts on demand (socket) either way.
+        _run(["chroot", str(rootfs), "apt-get", "clean"])
+        tar = rootfs / TRAINER_TAR.lstrip("/")
+        tar.parent.mkdir(parents=True, exist_ok=True)
+        _run(["chroot", str(rootfs), "sh", "-c", TRAINER_SCRIPT], timeout=600)
+    finally:
+        subprocess.run(["umount", "-l", str(proc)], capture_output=True)
+
+
+def _build(partial: Path, release: str, kernel: str, started: float, log, variant: str = "") -> str:
     """Build the image's files in ``partial``; return the kernel version."""
     partial.mkdir()
     rootfs = partial / "rootfs"
@@ -198,6 +240,7 @@ def _build(partial: Path, release: str, kernel: str, started: float, log) -> str
     host_key = partial / "ssh_host_ed25519_key"
     _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"root@{HOSTNAME}", "-f", str(host_key)])
     _configure_rootfs(rootfs, (partial / "id_ed25519.pub").read_text(), host_key)
+    _install_variant(rootfs, variant)
     host_key.unlink()  # only the VM needs the private half; the .pub stays for known_hosts
     kernels = sorted((rootfs / "boot").glob("vmlinuz-*"))
     if not kernels:
@@ -212,7 +255,7 @@ def _build(partial: Path, release: str, kernel: str, started: float, log) -> str
          timeout=600)
     _remove_tree(rootfs)
     (partial / "image.json").write_text(json.dumps({
-        "release": release, "format": IMAGE_FORMAT, "kernel": version, "flavour": kernel,
+        "release": release, "format": IMAGE_FORMAT, "kernel": version, "flavour": kernel, "variant": variant,
         "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "build_seconds": round(time.monotonic() - started, 1),
     }, indent=2) + "\n")
@@ -220,14 +263,19 @@ def _build(partial: Path, release: str, kernel: str, started: float, log) -> str
 
 
 def ensure_image(release: str = "bookworm", kernel: str = "cloud", cache: Path | None = None,
-                 log=print) -> ImagePaths:
-    """The cached VM image for a release and kernel flavour, built once (about a minute cold)."""
+                 log=print, variant: str = "") -> ImagePaths:
+    """The cached VM image for a release, kernel flavour and variant, built once (a minute cold; a few with
+    a variant's packages)."""
     if release not in RELEASES:
         raise VMError(f"vm: release '{release}' is not supported; choose one of {', '.join(RELEASES)}")
     if kernel not in KERNELS:
         raise VMError(f"vm: kernel '{kernel}' is not supported; choose one of {', '.join(KERNELS)}")
+    if variant not in VARIANTS:
+        raise VMError(f"vm: variant '{variant}' is not known; choose one of {', '.join(v or '(none)' for v in VARIANTS)}")
     cache = Path(cache) if cache else cache_dir()
-    name = f"{release}-{kernel}-v{IMAGE_FORMAT}"
+    # The variant's package list is part of the name: a changed recipe never reuses an old cache.
+    packages = hashlib.sha256((" ".join(VARIANTS[variant]) + TRAINER_SCRIPT).encode()).hexdigest()[:8] if variant else ""
+    name = f"{release}-{kernel}{'-' + variant + '-' + packages if variant else ''}-v{IMAGE_FORMAT}"
     image = ImagePaths(cache / name)
     if image.complete():
         return image
@@ -243,7 +291,7 @@ def ensure_image(release: str = "bookworm", kernel: str = "cloud", cache: Path |
         _remove_tree(partial)
         _remove_tree(image.dir)  # incomplete leftovers: never reuse them
         try:
-            version = _build(partial, release, kernel, started, log)
+            version = _build(partial, release, kernel, started, log, variant)
         except BaseException:
             try:
                 _remove_tree(partial)  # an interrupted build is never reused, nor left mounted
