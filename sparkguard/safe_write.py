@@ -42,7 +42,7 @@ class OutputPathError(SparkguardError):
     exit_code = EXIT_CONFIG_ERROR
 
     def __init__(self, path: Path | str, why: str, rule: str = RULE) -> None:
-        self.path = str(path)
+        self.path, self.why = str(path), why
         super().__init__(f"{path}: {why}; {rule}")
 
 
@@ -70,15 +70,23 @@ def _why(path: Path | str, mode: int, dir_fd: int | None = None) -> str:
     return f"is {_kind(mode)}, not a regular file"
 
 
-def refusal(path: Path | str) -> str | None:
-    """Why ``path`` would be refused as an output file (a link, not a regular file), or None. Creates nothing."""
+def _mode(path: Path | str) -> int | None:
+    """The mode of ``path`` itself (never followed), None when nothing is there; OutputPathError if unreadable."""
     try:
-        mode = os.lstat(path).st_mode
+        return os.lstat(path).st_mode
     except FileNotFoundError:
         return None
     except OSError as error:
-        return f"cannot be checked: {error.strerror or error}"
-    return None if stat.S_ISREG(mode) else _why(path, mode)
+        raise OutputPathError(path, f"cannot be checked: {error.strerror or error}") from None
+
+
+def refusal(path: Path | str) -> str | None:
+    """Why ``path`` would be refused as an output file (a link, not a regular file), or None. Creates nothing."""
+    try:
+        mode = _mode(path)
+    except OutputPathError as error:
+        return error.why
+    return None if mode is None or stat.S_ISREG(mode) else _why(path, mode)
 
 
 def check(path: Path | str) -> None:
@@ -90,12 +98,9 @@ def check(path: Path | str) -> None:
 
 def check_directory(path: Path | str) -> None:
     """Raise OutputPathError unless ``path`` is missing or a real directory (a link to one is refused)."""
-    try:
-        mode = os.lstat(path).st_mode
-    except FileNotFoundError:
+    mode = _mode(path)
+    if mode is None:
         return
-    except OSError as error:
-        raise OutputPathError(path, f"cannot be checked: {error.strerror or error}") from None
     if not stat.S_ISDIR(mode):
         raise OutputPathError(path, _why(path, mode).replace("not a regular file", "not a directory"),
                               DIRECTORY_RULE)
@@ -215,12 +220,9 @@ def remove(path: Path) -> None:
     """Remove a file sparkguard wrote earlier: a regular file or a link (the link itself, never its target).
 
     Nothing there is fine; a directory or anything else is refused."""
-    try:
-        mode = os.lstat(path).st_mode
-    except FileNotFoundError:
+    mode = _mode(path)
+    if mode is None:
         return
-    except OSError as error:
-        raise OutputPathError(path, f"cannot be checked ({error.strerror or error})") from None
     if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
         raise OutputPathError(path, _why(path, mode), "sparkguard removes only a file it wrote: remove it yourself, "
                               "or choose another path")
@@ -234,12 +236,9 @@ def remove(path: Path) -> None:
 
 def remove_tree(path: Path) -> None:
     """Remove a directory sparkguard wrote earlier (a link or file there is unlinked, never followed)."""
-    try:
-        mode = os.lstat(path).st_mode
-    except FileNotFoundError:
+    mode = _mode(path)
+    if mode is None:
         return
-    except OSError as error:
-        raise OutputPathError(path, f"cannot be checked ({error.strerror or error})") from None
     try:
         if stat.S_ISDIR(mode):
             shutil.rmtree(path)  # on Linux it walks by descriptors and never follows a link inside
