@@ -13,6 +13,7 @@ goes live, and the next apply runs what is pending and removes what was left sta
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from pyinfra import host
@@ -98,7 +99,7 @@ def role_preflight(host_name: str, config: HostConfig, info: NodeInfo) -> list[P
     for role in ROLES:
         if role.preflight is not None and role.enabled(config):
             for problem in role.preflight(config, info):
-                problems.append(Problem(host_name, problem.field, problem.value, problem.allowed))
+                problems.append(replace(problem, host=host_name))
     return problems
 
 

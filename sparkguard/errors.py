@@ -11,7 +11,18 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-EXIT_CONFIG_ERROR = 2
+# Exit codes: one meaning each, the same in every command (docs/exit-codes.md is the operator's table).
+EXIT_OK = 0
+EXIT_FAILED = 1          # it ran, and something failed on a node (an apply's operation, an audit's check)
+EXIT_CONFIG_ERROR = 2    # the input cannot be used (usage, inventory, settings, an output path): nothing ran
+EXIT_DOES_NOT_FIT = 3    # the input is valid but a host's memory plan does not fit: nothing ran
+EXIT_UNREACHABLE = 4     # a node could not be reached, or another apply held it: nothing was applied
+EXIT_INTERRUPTED = 130   # Ctrl-C
+EXIT_BROKEN_PIPE = 141   # the reader of stdout went away (as a shell reports SIGPIPE)
+
+# Problem kinds: a value that is not allowed, or a valid budget that does not fit.
+INPUT = "input"
+DOES_NOT_FIT = "does-not-fit"
 SECRET_SHOWN = "<secret>"
 
 # ------------------------------------------------------------------ what an error never shows
@@ -89,6 +100,13 @@ class Problem:
     value: Any
     allowed: str
     source: str = ""
+    kind: str = INPUT  # INPUT or DOES_NOT_FIT: which exit code a refusal made of it gets
+
+    def as_dict(self) -> dict[str, Any]:
+        """The problem for --json: the value as a paragraph would show it (secrets masked, URLs redacted)."""
+        return {"host": self.host or None, "field": self.field or None, "source": self.source or None,
+                "value": None if self.value is _MISSING else shown_value(self.field, self.value),
+                "allowed": redact_urls(self.allowed), "kind": self.kind}
 
     def paragraph(self) -> str:
         where = f"{self.source}: " if self.source else ""
@@ -110,36 +128,51 @@ MISSING = _MISSING
 class SparkguardError(Exception):
     """An error meant for the operator: printed without a traceback."""
 
-    exit_code = 1
+    exit_code = EXIT_FAILED
+    kind = "failed"  # the error's name in --json
 
     def paragraphs(self) -> list[str]:
         return [str(self)]
 
+    def as_dict(self) -> dict[str, Any]:
+        """The error for --json (commands print it on stdout, so a script always has a document to read)."""
+        return {"error": self.kind, "exit_code": self.exit_code,
+                "message": [redact_urls(paragraph) for paragraph in self.paragraphs()]}
+
 
 class ConfigError(SparkguardError):
-    """The inventory cannot be used; nothing has been touched on any node."""
-
-    exit_code = EXIT_CONFIG_ERROR
+    """The inventory cannot be used (exit 2), or it is valid and a host does not fit (exit 3): nothing ran."""
 
     def __init__(self, problems: list[Problem]):
         self.problems = problems
+        fits_only = bool(problems) and all(p.kind == DOES_NOT_FIT for p in problems)
+        self.exit_code = EXIT_DOES_NOT_FIT if fits_only else EXIT_CONFIG_ERROR
+        self.kind = DOES_NOT_FIT if fits_only else "invalid-input"
         super().__init__("\n\n".join(p.paragraph() for p in problems))
 
     def paragraphs(self) -> list[str]:
         return [p.paragraph() for p in self.problems]
 
+    def as_dict(self) -> dict[str, Any]:
+        return {**super().as_dict(), "problems": [p.as_dict() for p in self.problems]}
+
 
 class NodeBusyError(SparkguardError):
     """Another apply holds a node's lock; nothing was applied to any node."""
 
-    exit_code = 1
+    exit_code = EXIT_UNREACHABLE
+    kind = "busy"
 
 
 class ConnectError(SparkguardError):
     """A node could not be reached; nothing was applied to any node."""
 
-    exit_code = 1
+    exit_code = EXIT_UNREACHABLE
+    kind = "unreachable"
 
     def __init__(self, message: str, hosts: tuple[str, ...] = ()) -> None:
         super().__init__(message)
         self.hosts = hosts  # the hosts that could not be reached, for a retry file
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**super().as_dict(), "unreachable": list(self.hosts)}

@@ -28,7 +28,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -802,7 +802,7 @@ def role_problems(host: str, config: HostConfig, sources: dict[str, str], defaul
             continue
         for problem in role.checks(config):
             source = problem.source or _source_for(problem.field, sources) or default_source
-            problems.append(Problem(host, problem.field, problem.value, problem.allowed, source))
+            problems.append(replace(problem, host=host, source=source))
     return problems
 
 

@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .errors import ConfigError, Problem
+from .errors import DOES_NOT_FIT, ConfigError, Problem
 
 if TYPE_CHECKING:
     from .estimate import Architecture, TrainingSpec
@@ -586,7 +586,7 @@ def budget_problems(plan: HostPlan) -> list[Problem]:
                          else ("budget.training.peak_gib", round(plan.training.peak_bytes / GIB, 2)))
     else:
         field_, value = "vllm.models", sorted(s.name for s in plan.serving)
-    return [Problem("", field_, value, message)]
+    return [Problem("", field_, value, message, kind=DOES_NOT_FIT)]
 
 
 def host_problems(config: HostConfig) -> list[Problem]:

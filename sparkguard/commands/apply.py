@@ -47,7 +47,7 @@ def register(sub: Subcommands) -> None:
                              "terminal, off with --json)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.add_argument("-v", "--verbose", action="store_true", help="show pyinfra's own log")
-    parser.set_defaults(func=run)
+    parser.set_defaults(func=run, refusal_ending="nothing was touched on any node.")
 
 
 def _check_fleet_flags(args: argparse.Namespace) -> None:

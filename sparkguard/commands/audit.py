@@ -21,7 +21,7 @@ def register(sub: Subcommands) -> None:
                         help="hosts or groups; comma lists, globs (spark-0*), !exclude, @FILE (a retry file); repeatable")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.add_argument("-v", "--verbose", action="store_true", help="show pyinfra's own log")
-    parser.set_defaults(func=run)
+    parser.set_defaults(func=run, refusal_ending="no node was contacted.")
 
 
 def print_report(result: AuditResult, console: Console | None = None) -> None:

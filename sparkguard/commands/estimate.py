@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from ..errors import EXIT_DOES_NOT_FIT
 from ..estimate import TrainingSpec, estimate_training, largest_seq_len, load_model
 from ..estimate.training import ATTENTION, GB, GIB, LOSSES, METHODS, TARGETS, Estimate
 from . import Subcommands
@@ -44,22 +45,25 @@ def spec_from_args(args: argparse.Namespace) -> TrainingSpec:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Exit 0, or 3 (EXIT_DOES_NOT_FIT) when --budget-gib is given and the job as asked does not fit in it."""
     spec = spec_from_args(args)
     estimate = estimate_training(spec)
-    fit = None
+    fit = fits = None
     if args.budget_gib is not None:
-        fit = largest_seq_len(spec, int(args.budget_gib * GIB))
+        budget = int(args.budget_gib * GIB)
+        fit = largest_seq_len(spec, budget)
+        fits = estimate.peak_bytes <= budget
     if args.json:
         out = estimate.to_dict()
         if fit is not None:
-            out["budget"] = {"bytes": int(args.budget_gib * GIB), "largest_seq_len": fit}
+            out["budget"] = {"bytes": int(args.budget_gib * GIB), "largest_seq_len": fit, "fits": fits}
         print(json.dumps(out, indent=2))
     else:
-        _print_table(estimate, fit, args.budget_gib)
-    return 0
+        _print_table(estimate, fit, args.budget_gib, fits)
+    return EXIT_DOES_NOT_FIT if fits is False else 0
 
 
-def _print_table(estimate: Estimate, fit: int | None, budget_gib: float | None) -> None:
+def _print_table(estimate: Estimate, fit: int | None, budget_gib: float | None, fits: bool | None) -> None:
     from rich.table import Table
 
     from ..console import console as make_console
@@ -88,3 +92,6 @@ def _print_table(estimate: Estimate, fit: int | None, budget_gib: float | None) 
     if fit is not None:
         console.print(f"longest seq_len within {budget_gib:g} GiB: {fit:,}" if fit else
                       f"does not fit in {budget_gib:g} GiB at any seq_len")
+    if fits is not None:
+        console.print(f"verdict: {'FITS' if fits else 'DOES NOT FIT'} in {budget_gib:g} GiB at seq_len "
+                      f"{spec.seq_len:,}")

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 
-from ..errors import ConfigError
+from ..errors import EXIT_DOES_NOT_FIT, ConfigError
 from ..inventory import load_inventory
 from ..planner import GIB, HostPlan, budget_problems, plan_document, plan_host
 from . import Subcommands
@@ -24,16 +25,14 @@ def run(args: argparse.Namespace) -> int:
     plans = [plan_host(h.name, h.config) for h in sorted(inventory.hosts, key=lambda h: h.name)]
     input_problems = [p for plan in plans for p in plan.problems]
     if input_problems:
-        from ..errors import Problem
-
-        raise ConfigError([Problem(plan.host, p.field, p.value, p.allowed) for plan in plans for p in plan.problems])
+        raise ConfigError([replace(p, host=plan.host) for plan in plans for p in plan.problems])
     if args.json:
         print(json.dumps(plan_document(plans), indent=2, sort_keys=True))
     else:
         for plan in plans:
             print(render_text(plan))
-    # Exit 2 like validate when a host does not fit (the JSON/text above still shows the numbers).
-    return 2 if any(plan.fits is False for plan in plans) else 0
+    # Exit 3 (does not fit) like validate when a host does not fit (the JSON/text above still shows the numbers).
+    return EXIT_DOES_NOT_FIT if any(plan.fits is False for plan in plans) else 0
 
 
 def _row(label: str, value: int, note: str = "", indent: int = 2) -> str:

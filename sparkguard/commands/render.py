@@ -22,7 +22,7 @@ def register(sub: Subcommands) -> None:
     parser.add_argument("--format", choices=FORMATS, default="files",
                         help="files (default): OUT/<host>/<path> and OUT/<host>.state.yml; ansible: OUT/site.yml, "
                              "OUT/host_vars/<host>.yml, OUT/inventory.yml, OUT/ansible.cfg (docs/ansible-export.md)")
-    parser.set_defaults(func=run)
+    parser.set_defaults(func=run, refusal_ending="nothing was written.")
 
 
 def run(args: argparse.Namespace) -> int:

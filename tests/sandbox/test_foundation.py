@@ -303,7 +303,7 @@ def test_unreachable_host_clear_error_and_nothing_applied(sandbox_nodes, tmp_pat
         tmp_path / "inv", extra_all_vars="    base: {contact: must-not-land}\n",
         extra_hosts=f"        ghost:\n          ssh_host: {NET}.99\n")
     result = run_cli("apply", str(inventory))
-    assert result.returncode == 1
+    assert result.returncode == 4  # unreachable: nothing applied (README, exit codes)
     assert f"host 'ghost': cannot reach root@{NET}.99:22" in result.stderr
     assert "Nothing was applied to any node" in result.stderr
     assert "Traceback" not in result.stderr
@@ -391,7 +391,7 @@ def test_changed_host_key_after_reimage_is_refused_with_advice(sandbox_nodes, tm
     time.sleep(1.5)
     inventory = sandbox_nodes.inventory_with(tmp_path / "inv", extra_all_vars="    base: {contact: must-not-land}\n")
     result = run_cli("apply", str(inventory))
-    assert result.returncode == 1
+    assert result.returncode == 4  # a changed host key: unreachable, nothing applied
     assert "host 'node-2'" in result.stderr and "has CHANGED" in result.stderr
     assert f"ssh-keygen -R '{NET}.2' -f {sandbox_nodes.known_hosts}" in result.stderr
     assert "Nothing was applied to any node" in result.stderr

@@ -86,7 +86,7 @@ def test_cli_validate_exit_2_paragraph_no_traceback(inventory_dir):
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
     assert "host 'spark-01', field 'ssh_port' = 70000" in result.stderr
-    assert "nothing was touched on any node" in result.stderr
+    assert "nothing was touched on any node" not in result.stderr   # validate never touches one: no claim to make
 
 
 def test_cli_validate_ok(inventory_dir):

@@ -114,6 +114,6 @@ def test_unreachable_hosts_go_to_the_retry_file(inventory_dir, tmp_path):
     """)
     retry = tmp_path / "apply.retry"
     done = run_cli("apply", str(path), "--retry-file", str(retry), timeout=120)
-    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.returncode == 4, done.stdout + done.stderr
     assert "down-01" in done.stderr and "Traceback" not in done.stderr
     assert [h.name for h in select_hosts(load_inventory(path), [f"@{retry}"])] == ["down-01"]
