@@ -11,6 +11,7 @@ from pydantic import BaseModel
 
 from . import registry
 from .hostconfig import ConnectionSettings, NodeSettings
+from .inventory import _container_item
 
 _LIMIT_WORDS = {"gt": ">", "ge": ">=", "lt": "<", "le": "<=", "min_length": "min length", "max_length": "max length"}
 
@@ -30,6 +31,11 @@ def _type_name(annotation: Any) -> str:
     if origin is tuple:
         args = typing.get_args(annotation)
         return f"tuple[{_type_name(args[0])}, ...]" if len(args) == 2 and args[1] is Ellipsis else str(annotation)
+    if origin is dict:
+        key, value = typing.get_args(annotation)
+        return f"mapping of {_type_name(key)} to {_type_name(value)}"
+    if origin is list:
+        return f"list of {_type_name(typing.get_args(annotation)[0])}"
     if origin is not None:
         return str(annotation).replace("typing.", "")
     return "none" if annotation is type(None) else getattr(annotation, "__name__", str(annotation))
@@ -42,6 +48,7 @@ def _rows(model: type[BaseModel], prefix: str) -> list[str]:
         if isinstance(annotation, type) and issubclass(annotation, BaseModel):
             rows.extend(_rows(annotation, f"{prefix}{name}."))
             continue
+        item = _container_item(annotation)
         extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
         default = "(required)" if info.is_required() else repr(info.get_default(call_default_factory=True))
         # Constraints (annotated_types.Gt, ...) are dataclass instances; a class in the metadata has no values.
@@ -59,6 +66,9 @@ def _rows(model: type[BaseModel], prefix: str) -> list[str]:
             f"| `{prefix}{name}` | {_type_name(annotation)} | `{default}` | {extra.get('unit', '')} | "
             f"{(info.description or '').replace('|', '/')}{' Limits: ' + limits + '.' if limits else ''} |"
         )
+        if item is not None:  # a mapping of named entries: each entry's own fields, under <name>
+            key = "<name>" if typing.get_origin(annotation) is dict else "[i]"
+            rows.extend(_rows(item, f"{prefix}{name}.{key}." if key == "<name>" else f"{prefix}{name}{key}."))
     return rows
 
 

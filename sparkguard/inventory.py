@@ -28,6 +28,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
+import typing
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -668,16 +669,37 @@ def _did_you_mean(key: str | int, allowed: Any) -> str:
     return f" (did you mean '{close[0]}'?)" if close else ""
 
 
+def _container_item(annotation: Any) -> Any:
+    """The model a ``dict[str, Model]`` or ``list[Model]`` setting holds (its keys or indexes are names), else None."""
+    origin = typing.get_origin(annotation)
+    if origin in (dict, list, tuple):
+        args = typing.get_args(annotation)
+        item = args[-1] if args else None
+        if isinstance(item, type) and issubclass(item, BaseModel):
+            return item
+    return None
+
+
 def _model_at(model: type[BaseModel], loc: tuple[str | int, ...]) -> tuple[type[BaseModel] | None, Any]:
-    """Return (the model that owns loc[-1], its FieldInfo or None)."""
+    """Return (the model that owns loc[-1], its FieldInfo or None).
+
+    A key of a ``dict[str, Model]`` (``vllm.models.<name>``) or an index of a list of models is a
+    step into the item's model, so a typo inside one is suggested like any other.
+    """
     current: Any = model
-    for part in loc[:-1]:
+    parts = list(loc[:-1])
+    while parts:
+        part = parts.pop(0)
         if not (isinstance(current, type) and issubclass(current, BaseModel)):
             return None, None
         info = current.model_fields.get(str(part))
         if info is None:
             return None, None
         current = info.annotation
+        item = _container_item(current)
+        if item is not None and parts:
+            parts.pop(0)  # the item's name or index
+            current = item
     if isinstance(current, type) and issubclass(current, BaseModel):
         return current, current.model_fields.get(str(loc[-1])) if loc else None
     return None, None

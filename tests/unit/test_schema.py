@@ -106,3 +106,22 @@ def test_duplicate_keys_are_an_error_not_silently_dropped(inventory_dir):
                         "    node: {memory_total_gib: 121.7}\n    base: {contact: a}\n    base: {contact: b}\n")
     [problem] = problems_of(inventory_dir(text))
     assert "duplicate key 'base'" in problem.allowed and "line" in problem.allowed
+
+
+def test_a_typo_inside_a_named_model_is_suggested_like_any_other(inventory_dir):
+    """vllm.models.<name> is a mapping of named entries: a typo in one gets the entry's own fields, not []."""
+    path = inventory_dir(GOOD.replace("ssh_host: 192.0.2.11", "ssh_host: 192.0.2.11\n      vllm:\n        models:\n"
+                                      "          chat: {model: meta-llama/Llama-3.1-8B-Instruct, weigths_gib: 16}"))
+    [problem] = [p for p in problems_of(path) if p.field.endswith("weigths_gib")]
+    assert problem.field == "vllm.models.chat.weigths_gib"
+    assert "did you mean 'weights_gib'" in problem.allowed
+    assert "allowed here: " in problem.allowed and "max_model_len" in problem.allowed.split("allowed here: ")[1]
+
+
+def test_the_settings_reference_documents_each_field_of_a_named_model():
+    from sparkguard.docs import settings_reference
+
+    text = settings_reference()
+    assert "| `vllm.models` | mapping of str to ServedModel |" in text
+    for field in ("model", "weights_gib", "kv_cache_gib", "max_model_len", "port", "options"):
+        assert f"| `vllm.models.<name>.{field}` |" in text, field
