@@ -26,6 +26,20 @@ ALIASES = {
     "ansible_become": "sudo",
     "ansible_ssh_private_key_file": "ssh_key",
 }
+# Ansible keys that only tell Ansible how to run its own modules: sparkguard runs none on the node (its
+# probe and operations are shell over SSH), so they are accepted, dropped, and named in a note. A key
+# mapped to a tuple is ignored only with one of those values; another value would change how the node is
+# reached or who runs things there, so the schema refuses it by name as before.
+IGNORED: dict[str, tuple[str, ...] | None] = {
+    "ansible_python_interpreter": None,       # which Python runs Ansible's modules
+    "ansible_pipelining": None,               # how Ansible ships its modules
+    "ansible_ssh_pipelining": None,
+    "ansible_shell_type": ("sh",),
+    "ansible_shell_executable": ("/bin/sh", "/bin/bash", "/usr/bin/bash"),
+    "ansible_connection": ("ssh", "smart", "paramiko"),  # sparkguard always uses SSH
+    "ansible_become_method": ("sudo",),       # sparkguard's sudo: true is sudo
+    "ansible_become_user": ("root",),
+}
 # A range expands to at most this many hosts: `node-[0:99999999]` is a typo or an attack, not a fleet.
 MAX_RANGE_HOSTS = 4096
 _RANGE = re.compile(r"\[([0-9a-zA-Z]+):([0-9a-zA-Z]+)(?::([0-9]+))?\]")
@@ -36,8 +50,21 @@ class AnsibleFormError(ValueError):
     """The Ansible form could not be read; the message says what and what is allowed."""
 
 
+def ignorable(key: Any, value: Any) -> bool:
+    """Whether an Ansible key may be dropped: it only concerns Ansible's own modules (IGNORED).
+
+    >>> ignorable("ansible_python_interpreter", "/usr/bin/python3"), ignorable("ansible_connection", "local")
+    (True, False)
+    """
+    if not isinstance(key, str) or key not in IGNORED:
+        return False
+    values = IGNORED[key]
+    return values is None or str(value).strip().lower() in values
+
+
 def translate_aliases(layer: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[str, Any, str]]]:
     """A vars layer with Ansible's connection keys renamed; conflicts as (key, value, why).
+    Keys that only concern Ansible's own modules are left for the loader to drop (``ignorable``).
 
     >>> translate_aliases({"ansible_host": "10.0.0.5", "ansible_become": "true", "earlyoom": {}})[0]
     {'ssh_host': '10.0.0.5', 'sudo': 'true', 'earlyoom': {}}

@@ -44,6 +44,7 @@ from .ansible_compat import (
     expand_host_range,
     from_inventory_list,
     is_inventory_list,
+    ignorable,
     translate_aliases,
 )
 from .errors import MISSING, ConfigError, Problem
@@ -87,6 +88,18 @@ class Inventory:
     path: Path
     hosts: list[InventoryHost]
     groups: dict[str, list[str]]
+    # Ansible keys accepted and dropped (ansible_compat.IGNORED), per host: validate and apply say so.
+    ignored: dict[str, list[str]] = field(default_factory=dict)
+
+    def notes(self) -> list[str]:
+        """What the loader accepted without using, one line per kind, for the operator."""
+        by_key: dict[str, list[str]] = {}
+        for host, keys in self.ignored.items():
+            for key in keys:
+                by_key.setdefault(key, []).append(host)
+        return [f"{key} is ignored (it tells Ansible how to run its modules; sparkguard runs none on the node) "
+                f"on {', '.join(hosts[:5])}{f' and {len(hosts) - 5} more' if len(hosts) > 5 else ''}"
+                for key, hosts in sorted(by_key.items())]
 
     def host(self, name: str) -> InventoryHost:
         for entry in self.hosts:
@@ -193,10 +206,30 @@ def _yaml_problem(exc: yaml.YAMLError, outside: bool) -> str:
     return f"is not valid YAML{where}: {_QUOTED.sub('<...>', problem)}"
 
 
+_INI_SECTION = re.compile(r"^\[[A-Za-z0-9_.:-]+\]\s*(?:[#;].*)?$")
+_INI_HOST_LINE = re.compile(r"^[A-Za-z0-9_.\[\]:-]+(?:\s+[A-Za-z_][A-Za-z0-9_]*=\S*)+\s*$")
+INI_HINT = ("this looks like an Ansible INI inventory ([group] sections, host key=value lines); sparkguard reads "
+            "YAML: convert it with `ansible-inventory -i FILE --list > hosts.yml` (the JSON it prints is YAML, "
+            "groups, vars and ranges resolved) and give sparkguard that file's directory")
+
+
+def looks_like_ini(text: str) -> bool:
+    """An Ansible INI inventory: a ``[group]`` section line and a ``host key=value`` line or another section.
+
+    >>> looks_like_ini("[spark]\\nspark-01 ansible_host=10.0.0.5\\n"), looks_like_ini("all:\\n  hosts: {}\\n")
+    (True, False)
+    """
+    lines = [line.strip() for line in text.splitlines()[:2000] if line.strip() and not line.lstrip().startswith(("#", ";"))]
+    sections = sum(1 for line in lines if _INI_SECTION.match(line))
+    return sections >= 1 and (sections >= 2 or any(_INI_HOST_LINE.match(line) for line in lines))
+
+
 def _read_yaml(path: Path, display: str, outside: bool = False) -> Any:
     """The parsed file. ``outside``: the file lies outside the inventory directory (a symlink out of it): an
-    error names it, and shows nothing it holds."""
+    error names it, and shows nothing it holds. An INI inventory is named as one, with the way to convert it."""
     text = _read_text(path, display)
+    if not outside and looks_like_ini(text):
+        raise _refuse(display, INI_HINT)
     try:
         _check_events(text, display)
         return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
@@ -301,6 +334,7 @@ class _Loader:
         self._merged_values = 0
         self._sizes: dict[int, int] = {}
         self.stopped = False  # a limit or a group loop: one paragraph, nothing more is read
+        self.ignored: dict[str, list[str]] = {}  # host -> Ansible keys dropped (ansible_compat.IGNORED)
 
     def load(self) -> None:
         if not _within(self.hosts_file, self.inside):
@@ -584,6 +618,11 @@ class _Loader:
             raise ConfigError([Problem("", "vars", MISSING, _too_many_values(host), self.display)])
         translated = []
         for label, layer in layers:
+            dropped = [key for key, value in layer.items() if ignorable(key, value)]
+            if dropped:
+                self.ignored.setdefault(host, [])
+                self.ignored[host] += [key for key in dropped if key not in self.ignored[host]]
+                layer = {key: value for key, value in layer.items() if key not in dropped}
             renamed, conflicts = translate_aliases(layer)
             for key, value, why in conflicts:
                 self._problem(host, str(key), value, why, label)
@@ -784,6 +823,10 @@ def load_inventory(path: str | Path, *, check_roles: bool = True) -> Inventory:
             _deep_merge(merged, layer, label, sources)
         _resolve_paths(merged, hosts_file.parent)
         default_source = f"{loader.display} (host {name})"
+        if "ssh_host" not in merged:
+            # As Ansible reaches a host without ansible_host: by its name (DNS, /etc/hosts or ~/.ssh/config).
+            merged["ssh_host"] = name
+            sources["ssh_host"] = f"{default_source}: no ssh_host or ansible_host, so the host's name"
         try:
             config = model.model_validate(merged)
         except ValidationError as exc:
@@ -802,7 +845,7 @@ def load_inventory(path: str | Path, *, check_roles: bool = True) -> Inventory:
         raise ConfigError(_unique([_withhold_outside(p, loader.outside, host_sources.get(p.host, {}))
                                    for p in problems]))
     groups = {g: list(members) for g, members in loader.group_members.items()}
-    return Inventory(path=hosts_file.parent, hosts=hosts, groups=groups)
+    return Inventory(path=hosts_file.parent, hosts=hosts, groups=groups, ignored=loader.ignored)
 
 
 def role_problems(host: str, config: HostConfig, sources: dict[str, str], default_source: str) -> list[Problem]:

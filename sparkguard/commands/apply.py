@@ -113,6 +113,8 @@ def run(args: argparse.Namespace) -> int:
     inventory = load_inventory(args.inventory)
     for paragraph in fleet_advice(inventory):
         print(f"advice: {paragraph}", file=sys.stderr)
+    for note in inventory.notes():
+        print(f"note: {note}", file=sys.stderr)
     _check_fleet_flags(args)
     factory = _deploy_factory(args.role)
     show_progress = args.progress if args.progress is not None else (sys.stderr.isatty() and not args.json)

@@ -21,6 +21,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"{inventory.path}: {len(inventory.hosts)} host(s) valid: {', '.join(h.name for h in inventory.hosts)}")
     for paragraph in fleet_advice(inventory):
         print(f"advice: {paragraph}", file=sys.stderr)
+    for note in inventory.notes():
+        print(f"note: {note}", file=sys.stderr)
     offline = [h.name for h in inventory.hosts if h.config.node.memory_total_gib is None]
     if offline:
         # Valid for apply, which reads MemTotal from the node; render and plan work offline and refuse.

@@ -134,17 +134,63 @@ def test_alias_and_native_key_in_one_layer_must_agree(inventory_dir):
         load_inventory(path)
 
 
-def test_an_ansible_key_without_a_sparkguard_meaning_is_refused_by_name(inventory_dir):
+@pytest.mark.parametrize(("key", "value"), [("ansible_ssh_common_args", "-o ProxyJump=bastion"),
+                                            ("ansible_connection", "local"), ("ansible_become_user", "ops")])
+def test_an_ansible_key_without_a_sparkguard_meaning_is_refused_by_name(inventory_dir, key, value):
+    """A key that changes how the node is reached or who runs things there is never dropped silently."""
+    path = inventory_dir(f"""
+        all:
+          vars:
+            node: {{memory_total_gib: 121.7}}
+            {key}: "{value}"
+          hosts:
+            spark-01: {{ansible_host: 192.0.2.11}}
+    """)
+    done = run_cli("validate", str(path))
+    assert done.returncode == 2 and key in done.stderr and "unknown setting" in done.stderr
+
+
+def test_keys_that_only_concern_ansibles_own_modules_are_accepted_and_named(inventory_dir):
     path = inventory_dir("""
         all:
           vars:
             node: {memory_total_gib: 121.7}
             ansible_python_interpreter: /usr/bin/python3
+            ansible_connection: ssh
           hosts:
-            spark-01: {ansible_host: 192.0.2.11}
+            spark-01: {ansible_host: 192.0.2.11, ansible_become_method: sudo}
+            spark-02: {ansible_host: 192.0.2.12}
     """)
     done = run_cli("validate", str(path))
-    assert done.returncode == 2 and "ansible_python_interpreter" in done.stderr and "unknown setting" in done.stderr
+    assert done.returncode == 0, done.stderr
+    assert "note: ansible_python_interpreter is ignored" in done.stderr and "spark-01, spark-02" in done.stderr
+    assert "note: ansible_become_method is ignored" in done.stderr
+    assert {h.name: h.config.ssh_host for h in load_inventory(path).hosts} == {"spark-01": "192.0.2.11",
+                                                                               "spark-02": "192.0.2.12"}
+
+
+def test_a_yaml_host_without_an_address_is_reached_by_its_name(inventory_dir):
+    path = inventory_dir("""
+        all:
+          vars:
+            node: {memory_total_gib: 121.7}
+          children:
+            spark:
+              hosts:
+                spark-01:
+                spark-02: {ansible_host: 192.0.2.12}
+    """)
+    inventory = load_inventory(path)
+    assert {h.name: h.config.ssh_host for h in inventory.hosts} == {"spark-01": "spark-01", "spark-02": "192.0.2.12"}
+    assert "the host's name" in inventory.host("spark-01").sources["ssh_host"]
+
+
+def test_an_ini_inventory_is_named_with_the_line_that_converts_it(tmp_path):
+    (tmp_path / "hosts.yml").write_text(textwrap.dedent(INI))
+    done = run_cli("validate", str(tmp_path))
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "looks like an Ansible INI inventory" in done.stderr
+    assert "ansible-inventory -i FILE --list > hosts.yml" in done.stderr
 
 
 @pytest.mark.parametrize(("name", "why"), [

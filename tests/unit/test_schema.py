@@ -59,10 +59,15 @@ def test_out_of_range(inventory_dir):
     assert "65535" in problem.allowed
 
 
-def test_missing_host_address(inventory_dir):
-    [problem] = problems_of(inventory_dir(GOOD.replace("      ssh_host: 192.0.2.11\n", "      sudo: true\n")))
-    assert problem.field == "ssh_host"
-    assert "required" in problem.allowed
+def test_a_host_without_an_address_is_reached_by_its_name_which_must_be_one(inventory_dir):
+    """As Ansible: no ssh_host (ansible_host) means the host's name is the address; a name that cannot be one
+    is refused on ssh_host, saying where the value came from."""
+    inventory = load_inventory(inventory_dir(GOOD.replace("      ssh_host: 192.0.2.11\n", "      sudo: true\n")))
+    assert inventory.hosts[0].config.ssh_host == "spark-01"
+    text = GOOD.replace("spark-01:\n      ssh_host: 192.0.2.11\n", "spark_01:\n      sudo: true\n")
+    [problem] = problems_of(inventory_dir(text))
+    assert problem.field == "ssh_host" and problem.value == "spark_01", problem
+    assert "the host's name" in problem.source
 
 
 def test_unknown_group_key(inventory_dir):
