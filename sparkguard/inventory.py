@@ -43,8 +43,8 @@ from .ansible_compat import (
     count_host_range,
     expand_host_range,
     from_inventory_list,
-    is_inventory_list,
     ignorable,
+    is_inventory_list,
     translate_aliases,
 )
 from .errors import MISSING, ConfigError, Problem
