@@ -63,14 +63,12 @@ def run_arm(image, arm: str, limit_s: float, workdir: Path) -> incident.Incident
         incident.install(node)
         node.check("sysctl -q vm.nr_overcommit_hugepages=1024")    # the stand-in's knob, in the VM's own kernel
         serving_adj = None
-        term_line = None
+        term_line = incident.term_line_kib(node)     # the shipped line: where the guard would act, on both arms
         if arm == "treatment":
             from roles.vllm.settings import VllmSettings
 
             serving_adj = VllmSettings().oom_score_adj
             applying.apply(applying.vm_inventory(node, workdir / f"{arm}-inv", incident.treatment_vars(), KEEP))
-            total = int(node.check("awk '/^MemTotal:/ {print $2}' /proc/meminfo"))
-            term_line = int(total * incident.VM_TERM_PERCENT / 100)     # the guard's line, scaled to the VM
         incident.start_bystanders(node, serving_adj)
         return incident.run_incident(node, arm, limit_s, term_line, treatment_done if arm == "treatment" else None)
     finally:

@@ -87,22 +87,23 @@ def install(vm) -> None:
              f"docker import /var/lib/sparkguard-vm/trainer-rootfs.tar {TRAINER_IMAGE} >/dev/null", timeout=300)
 
 
-# The guard's lines, scaled to the VM: on a 1.5 GiB VM the kernel stops handing out surplus huge pages
-# (the stand-in's "driver memory") at ~170 MiB available (measured: compaction cannot assemble more 2 MiB
-# blocks), so the shipped 8 % (~119 MiB) would never be reached by the stand-in. 15 % / 7 % of MemTotal
-# here is ~220 / ~100 MiB; on a 121.7 GiB Spark the shipped 8 % is 9.7 GiB, far above any such limit.
-VM_TERM_PERCENT, VM_KILL_PERCENT = 15, 7
-
-
 def treatment_vars() -> str:
-    """The site's settings for the treatment arm: as shipped, with the lines scaled to the VM and the receiver."""
+    """The site's settings for the treatment arm: as shipped, plus the receiver and a short group_wait.
+
+    The guard's lines are the shipped ones (8 % / 4 % of MemTotal): fractions of
+    MemTotal, they mean the same on the VM as on a Spark.
+    """
     return ("    monitoring:\n"
             "      enabled: true\n"
-            f"      alertmanager: {{webhook_url: 'http://127.0.0.1:{HOOK_PORT}/hook', group_wait: 5s}}\n"
-            # The warning line stays above the critical one (SIGTERM line + 2 points), as on a Spark.
-            f"      alerts: {{overrides: {{warn_percent: {VM_TERM_PERCENT + 10}}}}}\n"
-            f"    earlyoom: {{term_percent: {VM_TERM_PERCENT}, kill_percent: {VM_KILL_PERCENT}, "
-            "gpu_ranking_interval_s: 1}\n")
+            f"      alertmanager: {{webhook_url: 'http://127.0.0.1:{HOOK_PORT}/hook', group_wait: 5s}}\n")
+
+
+def term_line_kib(vm) -> int:
+    """The shipped SIGTERM line on this node, in KiB of MemAvailable."""
+    from roles.earlyoom.settings import EarlyoomSettings
+
+    total = int(vm.check("awk '/^MemTotal:/ {print $2}' /proc/meminfo"))
+    return int(total * EarlyoomSettings().term_percent / 100)
 
 
 @dataclass
@@ -232,13 +233,19 @@ def start_bystanders(vm, serving_adj: int | None) -> None:
              "systemd-run -q --unit sg-notebook sparkguard-anon-hog --mib 160 --comm python3")
 
 
-def start_trainer(vm, step_mib: int = 16, interval_s: float = 0.5, max_mib: int = 4096) -> None:
-    """The trainer as the seed ran it: plain `docker run --memory`, its memory invisible to the cgroup."""
+def start_trainer(vm, step_mib: int = 16, interval_s: float = 0.5, max_mib: int = 4096, retry_s: float = 30) -> None:
+    """The trainer as the seed ran it: plain `docker run --memory`, its memory invisible to the cgroup.
+
+    ``retry_s``: each huge page is retried after ENOMEM (the hog's --retry-s), so the
+    stand-in keeps taking memory while reclaim and compaction can free some, as the
+    driver's small pages would, instead of stopping at the first 2 MiB block the
+    kernel cannot assemble at once (on 1.5 GiB that was ~200 MiB available).
+    """
     vm.check(f"docker rm -f {TRAINER} >/dev/null 2>&1; rm -f {TRAINER_REPORT}; "
              f"docker run -d --name {TRAINER} --memory 256m --network none "
              f"-v /usr/local/bin/sparkguard-uma-hog:/hog:ro -v {WORK}:/out -v {DEVICE}:{DEVICE} {TRAINER_IMAGE} "
              f"/usr/bin/python3 /hog --comm python3 --memfd --helpers 2 --helper-watch-s 5 --device {DEVICE} "
-             f"--step-mib {step_mib} --interval-s {interval_s} --max-mib {max_mib} --hold "
+             f"--step-mib {step_mib} --interval-s {interval_s} --max-mib {max_mib} --retry-s {retry_s} --hold "
              f"--report /out/{Path(TRAINER_REPORT).name}", timeout=120)
 
 
@@ -256,8 +263,10 @@ def read_back(vm, run: IncidentRun) -> None:
             run.samples.append((float(parts[0]), int(parts[1]), int(parts[2]), int(parts[3]), int(parts[4])))
     _, hooks, _ = vm.ssh(f"cat {HOOK_LOG} 2>/dev/null", timeout=60)
     run.hooks = [json.loads(line) for line in hooks.splitlines() if line.strip()]
-    _, kills, _ = vm.ssh("journalctl -q -u earlyoom -u nohang -t sparkguard-earlyoom -o short-unix --no-pager "
-                         "| grep -E 'sending SIG|killed|signalled' || true", timeout=60)
+    # One journalctl per source: matches on different fields (-u is _SYSTEMD_UNIT, -t SYSLOG_IDENTIFIER) are ANDed.
+    _, kills, _ = vm.ssh("{ journalctl -q -u earlyoom -u nohang -o short-unix --no-pager; "
+                         "journalctl -q -t sparkguard-earlyoom -o short-unix --no-pager; } "
+                         "| grep -E 'sending SIG|killed|signalled' | sort -n || true", timeout=60)
     run.kills = [line for line in kills.splitlines() if line.strip()]
     _, kernel, _ = vm.ssh("journalctl -q -k -o short-unix --no-pager | grep -E 'Killed process|invoked oom-killer' "
                           "|| true", timeout=60)

@@ -10,8 +10,8 @@ stand-ins; bench/incident runs the control arm beside it.
   hugetlb memfd kept by two forked workers (STAND-IN for driver memory, charged to
   no cgroup), next to a vLLM stand-in and a notebook. It dies first and whole,
   SSH never stalls more than a few seconds, the kill's alert reaches the
-  receiver, and swap is still on afterwards. The guard's lines are scaled to the
-  VM (tests/vm/incident.py VM_TERM_PERCENT says why).
+  receiver, and swap is still on afterwards. The guard's lines are the shipped
+  ones (fractions of MemTotal).
 - ``sparkguard-train --docker`` with every ending (exit, Ctrl-C, stopping the
   target, SIGTERM and SIGKILL to the trainer) leaves no container behind and
   swap back on (SIGKILL to the docker client: tests/sandbox/test_train_operator_paths.py).
@@ -66,10 +66,8 @@ def done(node) -> bool:
 def test_the_seeds_job_dies_first_and_whole_and_the_node_stays_reachable(node):
     from roles.vllm.settings import VllmSettings
 
-    total = int(sh(node, "awk '/^MemTotal:/ {print $2}' /proc/meminfo"))
     incident.start_bystanders(node, VllmSettings().oom_score_adj)
-    run = incident.run_incident(node, "treatment", limit_s=240, term_line_kib=int(total * incident.VM_TERM_PERCENT / 100),
-                                done=done)
+    run = incident.run_incident(node, "treatment", limit_s=240, term_line_kib=incident.term_line_kib(node), done=done)
     summary = json.dumps(run.summary(), indent=1)
     # The job died: the container exited by SIGTERM (its workers with it), killed by earlyoom, the first victim.
     assert run.trainer_state.get("Status") == "exited" and run.trainer_state.get("ExitCode") in (143, 137), summary
