@@ -348,3 +348,23 @@ def test_fast_start_takes_everything_at_once_and_samples_while_holding(surp_befo
     hog.proc.send_signal(signal.SIGTERM)
     assert hog.proc.wait(timeout=5) == 143
     assert hog.events("sigterm")[0]["allocated_mib"] == 24
+
+
+def test_retry_s_retries_each_huge_page_then_reports_the_retries(surp_before, start_hog):
+    """Past the module's budget every page is refused (ENOMEM): with --retry-s the hog keeps asking for that
+    long, page by page (fallocate), before it reports alloc-failed with the count; without it, at once."""
+    budget_mib = BUDGET_PAGES * HUGE_KIB // 1024
+    patient = start_hog("--memfd", "--step-mib", "16", "--max-mib", str(budget_mib + 64), "--interval-s", "0",
+                        "--retry-s", "0.6", "--hold")
+    [failed] = patient.wait_event("alloc-failed", timeout=30)
+    started = patient.events("start")[0]["t"]
+    assert failed["retries"] >= 3 and failed["t"] - started >= 0.6, failed
+    # Whole steps only are kept (the file never holds more than is mapped), as much as the budget allowed.
+    assert failed["allocated_mib"] % 16 == 0 and 0 < failed["allocated_mib"] <= budget_mib, failed
+    assert status_kib(patient.proc.pid, "HugetlbPages") == failed["allocated_mib"] * 1024
+    patient.kill_all()
+    wait_until("the surplus huge pages back", lambda: meminfo("HugePages_Surp") <= surp_before, 10)
+    hasty = start_hog("--memfd", "--step-mib", "16", "--max-mib", str(budget_mib + 64), "--interval-s", "0", "--hold")
+    [failed] = hasty.wait_event("alloc-failed", timeout=30)
+    assert failed["retries"] == 0, failed
+    assert run_usage_error("--retry-s", "-1").returncode == 2
