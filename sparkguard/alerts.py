@@ -156,6 +156,12 @@ class AlertThresholds:
     exporter_down_for: str = "3m"
     """How long up{job=...} may be 0 (or absent) before NodeExporterDown fires. A hung unified-memory
     node shows up exactly like this: the last memory samples, then nothing."""
+    exporter_sample_max_age_s: int = 120
+    """An ``up`` sample older than this is a target Prometheus no longer scrapes, not a down one: a live
+    target gets a fresh ``up`` (0 or 1) every scrape. Without it, a target dropped by a restart (the
+    package's own ``localhost:9100`` before sparkguard's config replaced it, measured on the incident VM)
+    keeps its last ``up 0`` visible for Prometheus' 5-minute lookback and pages NodeExporterDown on a
+    healthy node. Keep it above twice the scrape interval."""
 
     # --- NodeTextfileScrapeError: sparkguard's textfile metrics are not being read ---
     textfile_error_for: str = "3m"
@@ -526,7 +532,8 @@ def _memory_outside_cgroups(t: AlertThresholds, n: _Names) -> Rule:
 def _node_exporter_down(t: AlertThresholds, n: _Names) -> Rule:
     return {
         "alert": "NodeExporterDown",
-        "expr": f"up{{{n.job}}} == 0\nor\nabsent(up{{{n.job}}})",
+        "expr": (f"(up{{{n.job}}} == 0 and time() - timestamp(up{{{n.job}}}) < {t.exporter_sample_max_age_s})"
+                 f"\nor\nabsent(up{{{n.job}}})"),
         "for": t.exporter_down_for,
         "severity": "critical",
         "summary": f"node_exporter '{{{{ $labels.instance }}}}' (job {t.node_job}) cannot be scraped",

@@ -401,6 +401,13 @@ def test_earlyoom_down_and_exporter_down(promtool, tmp_path):
         ("NodeExporterDown", 33): [dict(NODE)],
         ("NodeExporterDown", 44): [dict(NODE)],
     })
+    # a target Prometheus stopped scraping with its last up 0 (the package's localhost:9100, dropped by the
+    # restart into sparkguard's config: a restart writes no staleness marker, so its samples just end) beside
+    # the node's live target: a healthy node, never paged
+    dropped = Scenario("a dropped target's last up 0", [
+        Series("up", [1.0] * 10 + [0.0], {"instance": "localhost:9100", "job": "node"}),
+        Series("up", [1.0] * 31, {"instance": "127.0.0.1:9100", "job": "node"})], 30)
+    dropped.expect.update({("NodeExporterDown", m): [] for m in range(9, 31)})
     # no node_exporter target at all: absent(up{job="node"})
     gone = Scenario("no node targets", [Series("up", stop_after([1.0] * 5, 4))], 20)
     gone.expect.update({
@@ -408,7 +415,7 @@ def test_earlyoom_down_and_exporter_down(promtool, tmp_path):
         ("NodeExporterDown", 8): [{"job": "node"}],
         ("NodeExporterDown", 20): [{"job": "node"}],
     })
-    assert_passes(promtool_test(tmp_path, [sc, gone]))
+    assert_passes(promtool_test(tmp_path, [sc, dropped, gone]))
 
 
 def test_memory_outside_cgroups(promtool, tmp_path):
