@@ -576,7 +576,9 @@ def _sparkguard_metrics_stale(t: AlertThresholds, n: _Names) -> Rule:
         series = f"{metric}{{{n.job}}}"
         return (
             f"label_replace(\n"
-            f"  time() - {series} > {duration_seconds(stale_after)}\n"
+            # Still scraped: a dropped target's last value lingers for the lookback and only looks old.
+            f"  (time() - {series} > {duration_seconds(stale_after)}\n"
+            f"    and time() - timestamp({series}) < {t.exporter_sample_max_age_s})\n"
             f"  or\n"
             f"  (\n"
             f"    {expected}\n"

@@ -713,6 +713,23 @@ def test_stale_textfile_metrics(promtool, tmp_path):
     assert_passes(promtool_test(tmp_path, [sc]))
 
 
+def test_a_dropped_targets_lingering_timestamps_are_not_stale(promtool, tmp_path):
+    """A target Prometheus stopped scraping (a restart into a new config writes no staleness marker) keeps its
+    last samples for the 5-minute lookback: its writers' timestamps look older and older without being
+    stale. Measured on the incident VM, where the package's localhost:9100 paged this way."""
+    end = 30
+    healthy = healthy_series(end, [60 * GB] * (end + 1))
+    sc = Scenario("a dropped target", on_node(healthy, "127.0.0.1:9100"), end)
+    dropped = on_node(healthy, "localhost:9100")
+    for s in dropped:
+        s.values = s.values[:20]      # scraped up to minute 19, then never again: no marker
+        if s.name == "sparkguard_node_metrics_timestamp_seconds":
+            s.values = [v - 200 for v in s.values]    # node-metrics' timer wrote 200 s before each scrape
+    sc.series += dropped
+    sc.expect_quiet(ALERTS, range(end + 1))
+    assert_passes(promtool_test(tmp_path, [sc]))
+
+
 def test_stale_replay_has_teeth(promtool, tmp_path):
     """A 30-minute staleness limit, or no rule, fails the stale replay; so do rules that ask every node for
     the agent's timestamp (spark-03 has none and must stay quiet)."""
