@@ -44,6 +44,18 @@ install_promtool() {
   rm -rf "$tmp"
 }
 
+install_amtool() {
+  # amtool from Debian's prometheus-alertmanager package, unpacked the same way (no Alertmanager on the host):
+  # the tests check rendered alertmanager.yml with it, as apply does on the node.
+  if [ -x "$TOOLS/alertmanager/usr/bin/amtool" ]; then return; fi
+  log "unpacking amtool from Debian's prometheus-alertmanager package"
+  local tmp; tmp=$(mktemp -d); chmod 755 "$tmp"; chown _apt "$tmp" 2>/dev/null || true
+  (cd "$tmp" && apt-get download -qq prometheus-alertmanager)
+  mkdir -p "$TOOLS/alertmanager"
+  dpkg-deb -x "$tmp"/prometheus-alertmanager_*.deb "$TOOLS/alertmanager"
+  rm -rf "$tmp"
+}
+
 install() {
   need_root
   log "apt-get update"
@@ -52,6 +64,7 @@ install() {
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
     $(printf '%s\n' "${APT_PACKAGES[@]}" | sed 's/#.*//') >/dev/null
   install_promtool
+  install_amtool
   if [ ! -x "$VENV/bin/python" ]; then
     log "creating $VENV"
     python3 -m venv "$VENV"
@@ -60,6 +73,7 @@ install() {
   "$VENV/bin/pip" install -q --disable-pip-version-check -e ".[test]" 2>&1 | grep -v "^WARNING: Location" || true
   "$VENV/bin/python" -c "import sparkguard, pyinfra" 
   ln -sf "$TOOLS/prometheus/usr/bin/promtool" "$VENV/bin/promtool"
+  ln -sf "$TOOLS/alertmanager/usr/bin/amtool" "$VENV/bin/amtool"
 }
 
 quickstart() {

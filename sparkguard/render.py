@@ -18,7 +18,7 @@ from .desired import states_for
 from .errors import ConfigError, Problem
 from .facts import NodeInfo
 from .inventory import Inventory, InventoryHost
-from .state import DesiredState
+from .state import DesiredState, ManagedFile
 
 SECRET_PLACEHOLDER = "# secret: rendered on apply only; the value never leaves the operator's machine in a render\n"
 
@@ -26,6 +26,13 @@ SECRET_PLACEHOLDER = "# secret: rendered on apply only; the value never leaves t
 def host_states(entry: InventoryHost, live: NodeInfo | None = None) -> list[DesiredState]:
     """Desired state of every enabled role for one host (pure: no SSH; ``live`` resolves 'auto' settings)."""
     return states_for(entry.name, entry.config, live)
+
+
+def shown(managed: ManagedFile) -> str:
+    """A file as render writes it: a secret file's review (secrets as <secret>), or the placeholder."""
+    if not managed.secret:
+        return managed.content
+    return managed.review if managed.review is not None else SECRET_PLACEHOLDER
 
 
 def _summary(states: list[DesiredState]) -> dict[str, Any]:
@@ -96,7 +103,7 @@ def render_inventory(inventory: Inventory, out: Path) -> list[Path]:
                    for state in states for managed in state.files]
         safe_write.remove_tree(host_dir)  # OUT/<host>/ is render's own: a link there is removed, never followed
         for managed, target in targets:
-            safe_write.write(target, SECRET_PLACEHOLDER if managed.secret else managed.content, root=root)
+            safe_write.write(target, shown(managed), root=root)
             written.append(target)
         summary = root / f"{entry.name}.state.yml"
         safe_write.write(summary, yaml.safe_dump(_summary(states), sort_keys=True, default_flow_style=False), root=root)

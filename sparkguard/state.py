@@ -17,8 +17,10 @@ class ManagedFile:
 
     ``validate`` is a shell command run on the node against the staged copy
     (``{path}`` is replaced by its location) before it replaces the live file,
-    like Ansible's ``validate:``. ``secret`` files are shown as a placeholder
-    by render and never printed.
+    like Ansible's ``validate:``. ``secret`` files are never printed; render
+    shows their ``review`` (the same file with each secret replaced by
+    ``<secret>``, still valid for the tool that checks it), or a placeholder
+    where the role gives none.
     """
 
     path: str
@@ -31,6 +33,8 @@ class ManagedFile:
     # Install before the role's packages: a package whose postinst starts a daemon
     # (node_exporter on *:9100) must find its listen address already in place.
     before_packages: bool = False
+    # What render shows of a secret file (never applied): see the docstring.
+    review: str | None = field(default=None, compare=False, repr=False)
 
     @property
     def is_systemd_unit(self) -> bool:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import posixpath
+
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -99,7 +101,10 @@ def prometheus_config(ctx: RoleContext) -> dict[str, Any]:
     # node_exporter, Prometheus and the local Alertmanager sit behind the same web auth; cAdvisor and
     # vLLM do not (they have no web config), so their jobs stay plain.
     client = web.client_config(web.web_auth(settings))
-    rule_files = [ALERT_RULES] + ([SITE_RULES] if settings.prometheus.extra_rules else [])
+    # Relative to prometheus.yml's directory, where both live: Prometheus resolves them there on the node, and
+    # `promtool check config` resolves them in a render's OUT/<host>/etc/prometheus/ alike.
+    rule_files = [posixpath.basename(path) for path in [ALERT_RULES] + ([SITE_RULES] if settings.prometheus.extra_rules
+                                                                         else [])]
     config: dict[str, Any] = {
         "global": {
             "scrape_interval": settings.prometheus.scrape_interval,
@@ -138,17 +143,26 @@ def site_rules(settings: MonitoringSettings) -> str:
     return _yaml({"groups": [{"name": "site", "rules": rules}]})
 
 
-def alertmanager_config(settings: MonitoringSettings) -> dict[str, Any]:
+# A secret URL as a render shows it: still a URL amtool accepts, so the review's routing is checkable.
+REVIEW_URL = "https://secret.invalid/<secret>"
+
+
+def alertmanager_config(settings: MonitoringSettings, review: bool = False) -> dict[str, Any]:
+    """alertmanager.yml; ``review``: each credential URL as REVIEW_URL (what render shows, never applied)."""
     am = settings.alertmanager
+
+    def url(value: str) -> str:
+        return REVIEW_URL if review else value
+
     receiver: dict[str, Any] = {"name": "sparkguard"}
     if am.webhook_url:
-        receiver["webhook_configs"] = [{"url": am.webhook_url, "send_resolved": True}]
+        receiver["webhook_configs"] = [{"url": url(am.webhook_url), "send_resolved": True}]
     if am.email_to:
         receiver["email_configs"] = [{"to": am.email_to, "from": am.email_from, "smarthost": am.email_smarthost,
                                       "send_resolved": True}]
     heartbeat: dict[str, Any] = {"name": "heartbeat"}
     if am.heartbeat_url:
-        heartbeat["webhook_configs"] = [{"url": am.heartbeat_url, "send_resolved": False}]
+        heartbeat["webhook_configs"] = [{"url": url(am.heartbeat_url), "send_resolved": False}]
     return {
         "route": {
             "receiver": "sparkguard",
@@ -302,14 +316,17 @@ def _prometheus(ctx: RoleContext, settings: MonitoringSettings, where: Resolved,
             "monitoring/prometheus-ready.conf.j2", host=host, port=port,
             web_get=web.WEB_GET if auth.enabled else None, url=f"{auth.scheme}://{where.prometheus}",
             web_get_args=web.web_get_args(auth, web.credential(PROMETHEUS_UNIT, "web.password")))),
-        # The rules go live before prometheus.yml: `promtool check config` loads the rule files it names.
+        # The rules go live before prometheus.yml: Prometheus loads the rule files it names at reload.
         ManagedFile(ALERT_RULES, render_alert_rules(thresholds(ctx.config)), validate="promtool check rules {path}"),
     ]
     reload_on = [PROMETHEUS_CONFIG, ALERT_RULES]
     if settings.prometheus.extra_rules:
         files.append(ManagedFile(SITE_RULES, site_rules(settings), validate="promtool check rules {path}"))
         reload_on.append(SITE_RULES)
-    files.append(ManagedFile(PROMETHEUS_CONFIG, _yaml(prometheus_config(ctx)), validate="promtool check config {path}"))
+    # --syntax-only on the node: the staged copy sits in a stage directory, where its relative rule_files do
+    # not resolve; each rules file is checked by its own `promtool check rules` before it replaces the live one.
+    files.append(ManagedFile(PROMETHEUS_CONFIG, _yaml(prometheus_config(ctx)),
+                             validate="promtool check config --syntax-only {path}"))
     service = Service(PROMETHEUS_UNIT, restart_on=(PROMETHEUS_DEFAULTS, PROMETHEUS_DROPIN, *web_paths),
                       reload_on=tuple(reload_on))
     return _Part(packages=["prometheus"], files=files, services=[service])
@@ -324,8 +341,9 @@ def _alertmanager(settings: MonitoringSettings, where: Resolved, auth: web.WebAu
                            *web_args(ALERTMANAGER_UNIT, auth)])), before_packages=True),
         ManagedFile(ALERTMANAGER_CONFIG, _yaml(alertmanager_config(settings)),
                     validate="amtool check-config {path}", group="prometheus", mode="0640",
-                    # A webhook URL (Slack, ntfy) is a credential: render shows a placeholder.
-                    secret=bool(settings.alertmanager.webhook_url or settings.alertmanager.heartbeat_url)),
+                    # A webhook URL (Slack, ntfy) is a credential: render shows <secret> in its place.
+                    secret=bool(settings.alertmanager.webhook_url or settings.alertmanager.heartbeat_url),
+                    review=_yaml(alertmanager_config(settings, review=True))),
     ]
     service = Service(ALERTMANAGER_UNIT, restart_on=(ALERTMANAGER_DEFAULTS, ALERTMANAGER_CONFIG, *web_paths))
     return _Part(packages=["prometheus-alertmanager"], files=files, services=[service])
