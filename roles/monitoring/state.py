@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import posixpath
-
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
