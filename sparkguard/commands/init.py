@@ -26,8 +26,10 @@ from pathlib import Path
 from .. import __version__, safe_write
 from ..errors import ConfigError, Problem
 from ..inventory import name_problem
+from ..pyinfra_inventory import ADAPTER_SOURCE
 from . import Subcommands
 
+CI_CHOICES = ("github", "gitlab", "both", "none")
 # MemTotal as the kernel reports it (GiB), where it is known per profile; others must be declared.
 PROFILES: dict[str, float | None] = {"dgx-spark": 121.7, "gh200": None, "jetson": None, "amd-apu": None,
                                      "discrete": None, "cpu-only": None}
@@ -42,6 +44,9 @@ def register(sub: Subcommands) -> None:
     parser.add_argument("--host", action="append", metavar="NAME=ADDRESS",
                         help="a node and its SSH address (repeatable; default: two documentation examples)")
     parser.add_argument("--ssh-user", default="ops", help="SSH user with passwordless sudo (default ops)")
+    parser.add_argument("--ci", choices=CI_CHOICES, default="both",
+                        help="the review CI to write: github, gitlab, both (default) or none (a repository with CI "
+                             "of its own: run .sparkguard/review.sh from it)")
     parser.set_defaults(func=run)
 
 
@@ -101,17 +106,29 @@ def files(args: argparse.Namespace) -> dict[str, str]:
             #   term_percent: 8
             #   kill_percent: 4
             """),
+        # Plain pyinfra reads the same inventory through it: pyinfra INVENTORY/inventory.py DEPLOY.
+        f"{inventory}/inventory.py": ADAPTER_SOURCE.format(rel=inventory),
         "requirements.txt": f"sparkguard=={__version__}\n",
         ".sparkguard/review.sh": REVIEW_SCRIPT,
-        ".github/workflows/sparkguard.yml": GITHUB_WORKFLOW.replace("INVENTORY", inventory),
-        ".github/workflows/sparkguard-comment.yml": GITHUB_COMMENT_WORKFLOW,
-        ".gitlab-ci.yml": GITLAB_CI.replace("INVENTORY", inventory),
+        **ci_files(args.ci, inventory),
     }
+
+
+def ci_files(choice: str, inventory: str) -> dict[str, str]:
+    """The review CI for ``choice``: GitHub's two workflows, GitLab's .gitlab-ci.yml, both, or none."""
+    github = {".github/workflows/sparkguard.yml": GITHUB_WORKFLOW.replace("INVENTORY", inventory),
+              ".github/workflows/sparkguard-comment.yml": GITHUB_COMMENT_WORKFLOW}
+    gitlab = {".gitlab-ci.yml": GITLAB_CI.replace("INVENTORY", inventory)}
+    return {"github": github, "gitlab": gitlab, "both": {**github, **gitlab}, "none": {}}[choice]
 
 
 def _what(path: Path) -> str:
     why = safe_write.refusal(path)  # a link (dangling or not), a directory, a FIFO: said as such
     return f" and {why}" if why else ""
+
+
+def _is_ci(name: str) -> bool:
+    return name.startswith(".github/") or name == ".gitlab-ci.yml"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -121,7 +138,9 @@ def run(args: argparse.Namespace) -> int:
     existing = [name for name in planned if os.path.lexists(root / name)]
     if existing:
         raise ConfigError([Problem("", "init", str(root / name), f"already exists{_what(root / name)}; init never "
-                                   f"overwrites (nor writes through a link): move it away or init another directory")
+                                   f"overwrites (nor writes through a link): move it away or init another directory"
+                                   + (f" (a repository with CI of its own: --ci none, or --ci "
+                                      f"{'gitlab' if 'github' in name else 'github'})" if _is_ci(name) else ""))
                            for name in existing])
     for folder in sorted({parent for name in planned for parent in Path(name).parents if parent != Path(".")}):
         safe_write.check_directory(root / folder)  # a link on the way is refused before anything is written

@@ -96,3 +96,40 @@ def test_init_writes_the_same_files_every_time(tmp_path):
     written = {name: {p.relative_to(tmp_path / name): p.read_bytes() for p in sorted((tmp_path / name).rglob("*"))
                       if p.is_file()} for name in ("a", "b")}
     assert written["a"] == written["b"] and Path(".github/workflows/sparkguard-comment.yml") in written["a"]
+
+
+@pytest.mark.parametrize("ci, written, absent", [
+    ("github", [".github/workflows/sparkguard.yml", ".github/workflows/sparkguard-comment.yml"], [".gitlab-ci.yml"]),
+    ("gitlab", [".gitlab-ci.yml"], [".github"]),
+    ("none", [], [".github", ".gitlab-ci.yml"]),
+])
+def test_ci_writes_only_the_chosen_platform(tmp_path, ci, written, absent):
+    root = tmp_path / "r"
+    done = run_cli("init", str(root), "--ci", ci)
+    assert done.returncode == 0, done.stderr
+    for name in written:
+        assert (root / name).is_file(), name
+    for name in absent:
+        assert not (root / name).exists(), name
+    assert (root / ".sparkguard/review.sh").is_file()   # the review runs from any CI
+
+
+def test_a_repository_with_its_own_ci_is_pointed_at_ci_none_or_the_other_platform(tmp_path):
+    root = tmp_path / "has-gitlab"
+    root.mkdir()
+    (root / ".gitlab-ci.yml").write_text("stages: [build]\n")
+    refused = run_cli("init", str(root))
+    assert refused.returncode == 2 and ".gitlab-ci.yml" in refused.stderr and "--ci none" in refused.stderr
+    assert run_cli("init", str(root), "--ci", "github").returncode == 0
+    assert (root / ".gitlab-ci.yml").read_text() == "stages: [build]\n"       # theirs, untouched
+
+
+def test_the_pyinfra_adapter_is_written_and_reads_the_inventory(repo):
+    """The README's plain pyinfra path: INVENTORY/inventory.py gives pyinfra the validated hosts and groups."""
+    import runpy
+
+    adapter = repo / "inventory/prod/inventory.py"
+    groups = runpy.run_path(str(adapter))
+    hosts, _ = groups["all"]
+    assert [name for name, _data in hosts] == ["gpu-01", "gpu-02"]
+    assert groups["dgx_spark"] == ["gpu-01", "gpu-02"]
