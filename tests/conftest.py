@@ -16,6 +16,8 @@ roles.register()  # the tests call the core directly, as an entry point would
 
 REPO = Path(__file__).resolve().parent.parent
 SPARKGUARD = [sys.executable, "-m", "sparkguard.cli"]
+# init's --pin for tests: where CI would install sparkguard from (any reachable commit URL; never fetched here).
+INIT_PIN = ["--pin", "git+https://example.org/sparkguard.git@" + "0" * 40]
 
 
 def run_cli(*args: str, cwd: Path | None = None, timeout: int = 600) -> subprocess.CompletedProcess:

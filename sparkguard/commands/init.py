@@ -25,6 +25,7 @@ from pathlib import Path
 
 from .. import __version__, safe_write
 from ..errors import ConfigError, Problem
+from ..init_pin import pin_for
 from ..inventory import name_problem
 from ..pyinfra_inventory import ADAPTER_SOURCE
 from . import Subcommands
@@ -44,6 +45,9 @@ def register(sub: Subcommands) -> None:
     parser.add_argument("--host", action="append", metavar="NAME=ADDRESS",
                         help="a node and its SSH address (repeatable; default: two documentation examples)")
     parser.add_argument("--ssh-user", default="ops", help="SSH user with passwordless sudo (default ops)")
+    parser.add_argument("--pin", metavar="SPEC",
+                        help="where CI installs sparkguard from: git+https://...@COMMIT or a sparkguard wheel file "
+                             "(copied in); default: this sparkguard's own git checkout and commit")
     parser.add_argument("--ci", choices=CI_CHOICES, default="both",
                         help="the review CI to write: github, gitlab, both (default) or none (a repository with CI "
                              "of its own: run .sparkguard/review.sh from it)")
@@ -68,7 +72,7 @@ def _hosts(args: argparse.Namespace) -> list[tuple[str, str]]:
     return hosts
 
 
-def files(args: argparse.Namespace) -> dict[str, str]:
+def files(args: argparse.Namespace) -> dict[str, str | bytes]:
     """Relative path -> content of everything init writes."""
     memory = args.memory_total_gib if args.memory_total_gib is not None else PROFILES[args.profile]
     if memory is None:
@@ -76,6 +80,7 @@ def files(args: argparse.Namespace) -> dict[str, str]:
                                    f"profile {args.profile} has no known MemTotal: give the nodes' MemTotal in GiB "
                                    f"(`grep MemTotal /proc/meminfo`, divided by 1048576)")])
     hosts = _hosts(args)
+    pin = pin_for(args.pin)
     group = args.profile.replace("-", "_")
     host_lines = "\n".join(f"        {name}: {{ssh_host: {address}}}" for name, address in hosts)
     inventory = f"inventory/{args.name}"
@@ -108,7 +113,9 @@ def files(args: argparse.Namespace) -> dict[str, str]:
             """),
         # Plain pyinfra reads the same inventory through it: pyinfra INVENTORY/inventory.py DEPLOY.
         f"{inventory}/inventory.py": ADAPTER_SOURCE.format(rel=inventory),
-        "requirements.txt": f"sparkguard=={__version__}\n",
+        "requirements.txt": (f"# sparkguard {__version__}, by its source (sparkguard is on no package index; a bare name\n"
+                             f"# could install a squatter's): `sparkguard init --pin` sets it.\n{pin.line}\n"),
+        **({pin.wheel[0]: pin.wheel[1]} if pin.wheel else {}),
         ".sparkguard/review.sh": REVIEW_SCRIPT,
         **ci_files(args.ci, inventory),
     }

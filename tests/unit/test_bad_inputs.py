@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.certs import self_signed
-from tests.conftest import SPARKGUARD
+from tests.conftest import INIT_PIN, SPARKGUARD
 from tests.reporting import report
 
 GOOD_HOST = "all:\n  vars:\n    node: {memory_total_gib: 121.7}\n  hosts:\n    spark-01: {ssh_host: 192.0.2.11}\n"
@@ -282,11 +282,11 @@ OUTPUTS: dict[str, tuple[list[str], dict[str, str], str]] = {
     "apply --retry-file: a dangling link": (
         ["apply", "@INV@", "--retry-file", "@TMP@/retry"], {"retry": "@TMP@/created"}, "retry"),
     "init over a dangling link (requirements.txt)": (
-        ["init", "@TMP@/repo"], {"repo/requirements.txt": "@TMP@/created"}, "repo/requirements.txt"),
+        ["init", "@TMP@/repo", *INIT_PIN], {"repo/requirements.txt": "@TMP@/created"}, "repo/requirements.txt"),
     "init over a dangling link (the review script, chmod 0755)": (
-        ["init", "@TMP@/repo"], {"repo/.sparkguard/review.sh": "@TMP@/created"}, "repo/.sparkguard/review.sh"),
+        ["init", "@TMP@/repo", *INIT_PIN], {"repo/.sparkguard/review.sh": "@TMP@/created"}, "repo/.sparkguard/review.sh"),
     "init with a directory on the way linked elsewhere": (
-        ["init", "@TMP@/repo"], {"repo/.sparkguard": "@TMP@/victims"}, "repo/.sparkguard"),
+        ["init", "@TMP@/repo", *INIT_PIN], {"repo/.sparkguard": "@TMP@/victims"}, "repo/.sparkguard"),
 }
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import run_cli
+from tests.conftest import INIT_PIN, run_cli
 
 BIN = str(Path(sys.executable).parent)
 
@@ -27,7 +27,7 @@ def git(repo: Path, *args: str) -> str:
 
 @pytest.fixture
 def repo(tmp_path) -> Path:
-    done = run_cli("init", str(tmp_path / "ops-repo"), "--host", "gpu-01=192.0.2.21", "--host", "gpu-02=192.0.2.22")
+    done = run_cli("init", *INIT_PIN, str(tmp_path / "ops-repo"), "--host", "gpu-01=192.0.2.21", "--host", "gpu-02=192.0.2.22")
     assert done.returncode == 0, done.stderr
     return tmp_path / "ops-repo"
 
@@ -39,7 +39,7 @@ def test_the_scaffold_validates_plans_and_renders(repo):
     assert run_cli("render", str(inventory), "--out", str(repo.parent / "r")).returncode == 0
     hosts = yaml.safe_load((inventory / "hosts.yml").read_text())
     assert hosts["all"]["children"]["dgx_spark"]["vars"]["node"] == {"device_profile": "dgx-spark", "memory_total_gib": 121.7}
-    assert (repo / "requirements.txt").read_text().startswith("sparkguard==")
+    assert (repo / "requirements.txt").read_text().splitlines()[-1] == "sparkguard @ " + INIT_PIN[1]
     for workflow in (repo / ".github/workflows/sparkguard.yml", repo / ".gitlab-ci.yml"):
         text = workflow.read_text()
         assert yaml.safe_load(text) and ".sparkguard/review.sh inventory/prod" in text and "INVENTORY" not in text
@@ -48,11 +48,11 @@ def test_the_scaffold_validates_plans_and_renders(repo):
 
 
 def test_init_never_overwrites_and_refuses_bad_names(repo, tmp_path):
-    again = run_cli("init", str(repo))
+    again = run_cli("init", *INIT_PIN, str(repo))
     assert again.returncode == 2 and "already exists" in again.stderr and "hosts.yml" in again.stderr
-    bad = run_cli("init", str(tmp_path / "other"), "--host", "../etc=192.0.2.1")
+    bad = run_cli("init", *INIT_PIN, str(tmp_path / "other"), "--host", "../etc=192.0.2.1")
     assert bad.returncode == 2 and "--host" in bad.stderr and not (tmp_path / "other").exists()
-    unknown = run_cli("init", str(tmp_path / "gh"), "--profile", "gh200")
+    unknown = run_cli("init", *INIT_PIN, str(tmp_path / "gh"), "--profile", "gh200")
     assert unknown.returncode == 2 and "--memory-total-gib" in unknown.stderr
 
 
@@ -92,7 +92,7 @@ def test_the_review_script_shows_the_change_and_no_secret(repo, tmp_path):
 
 def test_init_writes_the_same_files_every_time(tmp_path):
     for name in ("a", "b"):
-        assert run_cli("init", str(tmp_path / name)).returncode == 0
+        assert run_cli("init", *INIT_PIN, str(tmp_path / name)).returncode == 0
     written = {name: {p.relative_to(tmp_path / name): p.read_bytes() for p in sorted((tmp_path / name).rglob("*"))
                       if p.is_file()} for name in ("a", "b")}
     assert written["a"] == written["b"] and Path(".github/workflows/sparkguard-comment.yml") in written["a"]
@@ -105,7 +105,7 @@ def test_init_writes_the_same_files_every_time(tmp_path):
 ])
 def test_ci_writes_only_the_chosen_platform(tmp_path, ci, written, absent):
     root = tmp_path / "r"
-    done = run_cli("init", str(root), "--ci", ci)
+    done = run_cli("init", *INIT_PIN, str(root), "--ci", ci)
     assert done.returncode == 0, done.stderr
     for name in written:
         assert (root / name).is_file(), name
@@ -118,9 +118,9 @@ def test_a_repository_with_its_own_ci_is_pointed_at_ci_none_or_the_other_platfor
     root = tmp_path / "has-gitlab"
     root.mkdir()
     (root / ".gitlab-ci.yml").write_text("stages: [build]\n")
-    refused = run_cli("init", str(root))
+    refused = run_cli("init", *INIT_PIN, str(root))
     assert refused.returncode == 2 and ".gitlab-ci.yml" in refused.stderr and "--ci none" in refused.stderr
-    assert run_cli("init", str(root), "--ci", "github").returncode == 0
+    assert run_cli("init", *INIT_PIN, str(root), "--ci", "github").returncode == 0
     assert (root / ".gitlab-ci.yml").read_text() == "stages: [build]\n"       # theirs, untouched
 
 
@@ -133,3 +133,41 @@ def test_the_pyinfra_adapter_is_written_and_reads_the_inventory(repo):
     hosts, _ = groups["all"]
     assert [name for name, _data in hosts] == ["gpu-01", "gpu-02"]
     assert groups["dgx_spark"] == ["gpu-01", "gpu-02"]
+
+
+def test_the_pin_names_a_source_pip_can_install_never_a_bare_name(tmp_path):
+    """No --pin and no checkout to name: refused with the forms that work; a wheel is copied in and pinned by
+    path; a git URL without a commit is refused."""
+    from sparkguard.init_pin import _vcs_url
+
+    assert _vcs_url("git@github.com:org/sparkguard.git") == "git+ssh://git@github.com/org/sparkguard.git"
+    assert _vcs_url("https://user:token@example.org/sg.git") is None      # never a credential in a pin
+    wheel = tmp_path / "sparkguard-0.2.0-py3-none-any.whl"
+    wheel.write_bytes(b"PK\x03\x04 a wheel")
+    done = run_cli("init", str(tmp_path / "w"), "--pin", str(wheel), "--ci", "none")
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "w/requirements.txt").read_text().splitlines()[-1] == \
+        "./.sparkguard/wheels/sparkguard-0.2.0-py3-none-any.whl"
+    assert (tmp_path / "w/.sparkguard/wheels" / wheel.name).read_bytes() == wheel.read_bytes()
+    for bad in ("git+https://example.org/sparkguard.git", "sparkguard==0.2.0", str(tmp_path / "nope.whl")):
+        refused = run_cli("init", str(tmp_path / "r"), "--pin", bad)
+        assert refused.returncode == 2 and "--pin" in refused.stderr and not (tmp_path / "r").exists(), bad
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_without_a_pin_init_names_this_checkouts_origin_and_commit(tmp_path):
+    """Run from a clone (as CI and a pipx install of a clone do): the pin is git+<origin>@<HEAD>."""
+    origin = tmp_path / "origin.git"
+    git(tmp_path, "init", "-q", "--bare", str(origin))
+    clone = tmp_path / "clone"
+    shutil.copytree(Path(__file__).resolve().parents[2] / "sparkguard", clone / "sparkguard")
+    git(clone, "init", "-q", "-b", "main")
+    git(clone, "add", "-A")
+    git(clone, "commit", "-q", "-m", "sparkguard")
+    git(clone, "remote", "add", "origin", str(origin))
+    head = git(clone, "rev-parse", "HEAD").strip()
+    code = ("import sys; from pathlib import Path; sys.path.insert(0, sys.argv[1]); import sparkguard.init_pin as p; "
+            "import sparkguard.paths as paths; print(p._git_pin(Path(sys.argv[1])).line)")
+    done = subprocess.run([sys.executable, "-c", code, str(clone)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"sparkguard @ git+file://{origin}@{head}"

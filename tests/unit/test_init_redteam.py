@@ -28,7 +28,7 @@ import yaml
 
 from sparkguard.commands import init as init_command
 from tests.certs import self_signed
-from tests.conftest import run_cli
+from tests.conftest import INIT_PIN, run_cli
 from tests.unit.test_init import BIN, git
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
@@ -52,7 +52,7 @@ EXPRESSIONS = {"github.base_ref": "main", "github.token": f"{CANARY}-github-toke
 @pytest.fixture
 def ops(tmp_path) -> Path:
     """init's repository, committed on main and pushed to a bare origin, as CI clones it."""
-    done = run_cli("init", str(tmp_path / "ops-repo"), "--host", "gpu-01=192.0.2.21", "--host", "gpu-02=192.0.2.22")
+    done = run_cli("init", *INIT_PIN, str(tmp_path / "ops-repo"), "--host", "gpu-01=192.0.2.21", "--host", "gpu-02=192.0.2.22")
     assert done.returncode == 0, done.stderr
     repo = tmp_path / "ops-repo"
     git(repo, "init", "-q", "-b", "main")

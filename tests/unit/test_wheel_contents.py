@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import INIT_PIN
 from tests.wheel import build_wheel, install
 
 REPO = Path(__file__).resolve().parents[2]
@@ -74,7 +75,7 @@ def test_the_installed_wheel_works_from_anywhere(wheel_path, tmp_path):
         return done
 
     assert "2 host(s) valid" in run("validate", "inventory/prod").stdout
-    run("init", "scaffold", "--host", "gpu-01=192.0.2.31")
+    run("init", "scaffold", "--host", "gpu-01=192.0.2.31", *INIT_PIN)
     assert "1 host(s) valid: gpu-01" in run("validate", "scaffold/inventory/prod").stdout
     assert "verdict: FITS" in run("plan", "inventory/prod").stdout
     run("render", "inventory/prod", "--out", "rendered")
@@ -85,3 +86,11 @@ def test_the_installed_wheel_works_from_anywhere(wheel_path, tmp_path):
         len([p for p in golden.rglob("*") if p.is_file()])
     probe = subprocess.run([str(venv / "bin" / "python"), "-c", "import roles"], cwd=elsewhere, capture_output=True)
     assert probe.returncode != 0
+    # The README's plain-pyinfra line: the site deploy the wheel carries, and init's adapter, read by the venv's
+    # Python (pyinfra's) from the operator's repository.
+    deploy = Path(run("docs", "--deploy", "site").stdout.strip())
+    assert deploy.is_file() and venv in deploy.parents and deploy.name == "site.py"
+    adapter = subprocess.run([str(venv / "bin" / "python"), "-c", "import runpy, sys; g = runpy.run_path(sys.argv[1]); "
+                              "print(sorted(name for name, _ in g['all'][0]))", "scaffold/inventory/prod/inventory.py"],
+                             cwd=elsewhere, capture_output=True, text=True, timeout=120)
+    assert adapter.returncode == 0 and adapter.stdout.strip() == "['gpu-01']", adapter.stdout + adapter.stderr
