@@ -200,6 +200,12 @@ fi
 {
   echo "sparkguard review of $inventory: what this change does to the nodes"
   echo
+  # First what changes where, so a comment cut at the platform's limit still shows every host.
+  echo "files changed, per host (the full diff follows; a cut comment has it whole in the job's artifact):"
+  (cd "$work" && diff -rqN base head) | awk '{ p = $2; sub("^base/", "", p); sub("/.*", "", p);
+    sub("[.]state[.]yml$", "", p); n[p]++ } END { for (h in n) printf "  %s: %d\\n", h, n[h] }' | sort
+  [ -n "$(cd "$work" && diff -rqN base head)" ] || echo "  none: the nodes would get the same files"
+  echo
   cat "$work/plan"
   echo
   # the file headers without their times, so the same change gives the same review

@@ -75,6 +75,9 @@ def test_the_review_script_shows_the_change_and_no_secret(repo, tmp_path):
     assert "+++ head/gpu-01/etc/prometheus/prometheus.yml" in review  # monitoring switched on
     assert "T0KEN-SECRET" not in review and "<secret>" in review
     assert "verdict: FITS" in review
+    # what changes where comes first: a comment cut at GitHub's 65,536 characters still names every host
+    summary = review.split("files changed, per host", 1)[1].split("\n\n", 1)[0]
+    assert "  gpu-01: " in summary and "  gpu-02: " in summary and review.index("gpu-01: ") < review.index("--- base/")
     assert git(repo, "worktree", "list").count("\n") == 1     # the base's worktree is gone
     assert sorted(p.name for p in out.iterdir()) == ["review.md"]  # renders and plan stayed in a temporary directory
     headers = [line for line in review.splitlines() if line.startswith(("--- base/", "+++ head/"))]
