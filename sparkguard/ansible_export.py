@@ -220,12 +220,15 @@ def connection_vars(entry: InventoryHost) -> dict[str, Any]:
     """The host's connection settings in Ansible's words (the reverse of ansible_compat.ALIASES)."""
     cfg = entry.config
     ssh_options = [f"-o StrictHostKeyChecking={cfg.ssh_host_key_checking}"]
-    if cfg.ssh_known_hosts_file:
-        ssh_options.append(f"-o UserKnownHostsFile={shlex.quote(cfg.ssh_known_hosts_file)}")
+    # A path written with ~ stays so: whoever runs the playbook reads their own home, not the exporter's.
+    known_hosts = entry.home_relative.get("ssh_known_hosts_file", cfg.ssh_known_hosts_file)
+    key = entry.home_relative.get("ssh_key", cfg.ssh_key)
+    if known_hosts:
+        ssh_options.append(f"-o UserKnownHostsFile={shlex.quote(known_hosts)}")  # ssh itself expands a ~
     return {
         "ansible_host": cfg.ssh_host, "ansible_port": cfg.ssh_port, "ansible_user": cfg.ssh_user,
         "ansible_become": cfg.sudo,
-        **({"ansible_ssh_private_key_file": cfg.ssh_key} if cfg.ssh_key else {}),
+        **({"ansible_ssh_private_key_file": key} if key else {}),
         "ansible_ssh_common_args": " ".join(ssh_options),
     }
 

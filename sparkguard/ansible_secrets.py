@@ -42,7 +42,9 @@ class StandIns:
     lookups: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def secret(self, env_name: str | None, file_path: str | None) -> str:
-        lookup = {"env": env_name} if env_name else {"file": str(Path(file_path or "").expanduser().absolute())}
+        # A ~ path stays one: lookup('file') expands it on the machine that runs the playbook.
+        path = file_path or ""
+        lookup = {"env": env_name} if env_name else {"file": path if path.startswith("~") else str(Path(path).absolute())}
         return self._stand_in(lookup)
 
     def setting(self, dotted: str) -> str:

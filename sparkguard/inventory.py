@@ -62,6 +62,7 @@ class InventoryHost:
     groups: tuple[str, ...]
     config: HostConfig
     sources: dict[str, str] = field(repr=False, default_factory=dict)
+    home_relative: dict[str, str] = field(repr=False, default_factory=dict)  # connection paths written with ~
 
     def pyinfra_data(self) -> dict[str, Any]:
         """Host data in pyinfra's vocabulary, plus the validated settings."""
@@ -795,13 +796,18 @@ def _source_for(dotted: str, sources: dict[str, str]) -> str:
     return ""
 
 
-def _resolve_paths(values: dict[str, Any], root: Path) -> None:
+def _resolve_paths(values: dict[str, Any], root: Path) -> dict[str, str]:
+    """Connection paths made absolute for this machine; returns the ``~`` forms as written (the Ansible export
+    keeps them, so whoever runs the playbook reads their own home, not the exporter's)."""
+    written = {}
     for key in ("ssh_key", "ssh_known_hosts_file"):
         value = values.get(key)
         if isinstance(value, str) and value and not value.startswith(("/", "~")) and "\0" not in value:
             values[key] = os.path.realpath(root / value)  # never raises: a link loop stays as written
         elif isinstance(value, str) and value.startswith("~"):
+            written[key] = value
             values[key] = str(Path(value).expanduser())
+    return written
 
 
 def load_inventory(path: str | Path, *, check_roles: bool = True) -> Inventory:
@@ -821,7 +827,7 @@ def load_inventory(path: str | Path, *, check_roles: bool = True) -> Inventory:
         sources = host_sources[name] = {}
         for label, layer in loader.layers_for(name):
             _deep_merge(merged, layer, label, sources)
-        _resolve_paths(merged, hosts_file.parent)
+        home_relative = _resolve_paths(merged, hosts_file.parent)
         default_source = f"{loader.display} (host {name})"
         if "ssh_host" not in merged:
             # As Ansible reaches a host without ansible_host: by its name (DNS, /etc/hosts or ~/.ssh/config).
@@ -839,7 +845,7 @@ def load_inventory(path: str | Path, *, check_roles: bool = True) -> Inventory:
                         for p in [*operator_files.problems(name, config), *url_credential_problems(name, config)])
         if check_roles:
             problems.extend(role_problems(name, config, sources, default_source))
-        hosts.append(InventoryHost(name, tuple(loader.host_groups[name]), config, sources))
+        hosts.append(InventoryHost(name, tuple(loader.host_groups[name]), config, sources, home_relative))
     problems.extend(p for p in loader.problems if p not in problems)
     if problems:
         raise ConfigError(_unique([_withhold_outside(p, loader.outside, host_sources.get(p.host, {}))

@@ -133,6 +133,17 @@ def test_connection_settings_become_ansible_inventory(inventory_dir, tmp_path):
     assert re.search(r"^host_key_checking = True$", cfg, re.M)
 
 
+def test_a_path_written_with_a_tilde_stays_one_for_whoever_runs_the_playbook(inventory_dir, tmp_path):
+    inventory = load_inventory(inventory_dir(
+        f"all:\n{NODE}    ssh_key: ~/.ssh/id_ed25519\n    ssh_known_hosts_file: ~/.ssh/fleet_known_hosts\n"
+        f"  hosts:\n    a: {{ssh_host: 192.0.2.1}}\n"))
+    assert inventory.hosts[0].config.ssh_key == str(Path.home() / ".ssh/id_ed25519")   # sparkguard itself: expanded
+    out = tmp_path / "out"
+    export_inventory(inventory, out)
+    text = (out / "inventory.yml").read_text()
+    assert "~/.ssh/id_ed25519" in text and "~/.ssh/fleet_known_hosts" in text and str(Path.home()) not in text
+
+
 def test_a_secret_value_is_never_written_and_becomes_a_lookup(inventory_dir, tmp_path, monkeypatch):
     token, key = "hf_tok3n_NEVER_WRITTEN", "k3y-NEVER-WRITTEN"
     monkeypatch.setenv("SG_TEST_TOKEN", token)
