@@ -133,6 +133,22 @@ def test_connection_settings_become_ansible_inventory(inventory_dir, tmp_path):
     assert re.search(r"^host_key_checking = True$", cfg, re.M)
 
 
+def test_groups_survive_the_export_so_limit_group_picks_the_same_hosts(inventory_dir, tmp_path):
+    inventory = load_inventory(inventory_dir(
+        f"all:\n{NODE}  children:\n    spark:\n      children:\n        rack1:\n          hosts:\n"
+        f"            s1: {{ssh_host: 192.0.2.1}}\n      hosts:\n        s2: {{ssh_host: 192.0.2.2}}\n"
+        f"  hosts:\n    other: {{ssh_host: 192.0.2.3}}\n"))
+    out = tmp_path / "out"
+    export_inventory(inventory, out)
+
+    def limited(pattern: str) -> list[str]:
+        done = subprocess.run([str(BIN / "ansible-inventory"), "-i", str(out / "inventory.yml"), "--list",
+                               "--limit", pattern], capture_output=True, text=True, check=True)
+        return sorted(json.loads(done.stdout)["_meta"]["hostvars"])
+
+    assert limited("spark") == ["s1", "s2"] and limited("rack1") == ["s1"] and limited("all") == ["other", "s1", "s2"]
+
+
 def test_a_path_written_with_a_tilde_stays_one_for_whoever_runs_the_playbook(inventory_dir, tmp_path):
     inventory = load_inventory(inventory_dir(
         f"all:\n{NODE}    ssh_key: ~/.ssh/id_ed25519\n    ssh_known_hosts_file: ~/.ssh/fleet_known_hosts\n"
