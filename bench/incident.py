@@ -16,7 +16,7 @@ delivered, whether the node came back by itself and the time to unresponsive
 PNG timeline per run when matplotlib is installed
 (``.venv/bin/pip install matplotlib``, a benchmark tool, not a dependency).
 
-    bench/incident [--arms control treatment] [--control-limit-s 600] [--out DIR] [--json FILE]
+    bench/incident [--arms control treatment] [--shape seed|fast] [--control-limit-s 900] [--out DIR] [--json FILE]
 
 Root, after ./dev.sh install. The VMs run under TCG; the first run builds the
 image (a few minutes). Nothing leaves loopback or the VMs; every VM is stopped.
@@ -54,7 +54,7 @@ def treatment_done(vm) -> bool:
     return lines[:1] == ["false"] and len(lines) > 1 and lines[1].isdigit() and int(lines[1]) > 0
 
 
-def run_arm(image, arm: str, limit_s: float, workdir: Path) -> incident.IncidentRun:
+def run_arm(image, arm: str, limit_s: float, workdir: Path, shape: str) -> incident.IncidentRun:
     node = vm_harness.VM(image, workdir / arm, name=f"sg-{arm}", swap_mib=512)
     try:
         node.start()
@@ -70,7 +70,9 @@ def run_arm(image, arm: str, limit_s: float, workdir: Path) -> incident.Incident
             serving_adj = VllmSettings().oom_score_adj
             applying.apply(applying.vm_inventory(node, workdir / f"{arm}-inv", incident.treatment_vars(), KEEP))
         incident.start_bystanders(node, serving_adj)
-        return incident.run_incident(node, arm, limit_s, term_line, treatment_done if arm == "treatment" else None)
+        creep = incident.seed_creep(node) if shape == "seed" else ""
+        return incident.run_incident(node, arm, limit_s, term_line, treatment_done if arm == "treatment" else None,
+                                     creep=creep)
     finally:
         node.stop()
         node.remove_disks()
@@ -116,13 +118,14 @@ def table(summaries: list[dict]) -> str:
     rows = ["| arm | line crossed | max swap used | SSH: max latency / longest silence | unresponsive after | "
             "came back | killed | first critical alert | alerts delivered |", "|---|---|---|---|---|---|---|---|---|"]
     for s in summaries:
-        killed = "; ".join(k.split(" ", 1)[1][:80] for k in s["kills"][:2]) or (
-            "kernel: " + s["kernel_kills"][0].split(" ", 1)[1][:60] if s["kernel_kills"] else "nothing")
+        signals = [k.split(" ", 2)[2] for k in s["kills"] if "to process" in k]
+        killed = "; ".join(line[:90] for line in signals[:1]) or (
+            "kernel: " + s["kernel_kills"][0].split(" ", 2)[2][:80] if s["kernel_kills"] else "nothing")
         rows.append(
             f"| {s['arm']} | {fmt(s['line_crossed_s'])} | {s['max_swap_used_mib']:.0f} MiB | "
             f"{s['probe_latency_max_s']:.1f} s / {s['longest_unanswered_s']:.0f} s | {fmt(s['unresponsive_s'])} | "
             f"{'-' if s['came_back'] is None else ('yes' if s['came_back'] else 'no')} | {killed} | "
-            f"{fmt(s['first_critical_s'])} | {', '.join(s['alerts']) or 'none'} |")
+            f"{fmt(s['first_critical_s'])} | {', '.join(s['alert_timeline']) or 'none'} |")
     return "\n".join(rows)
 
 
@@ -133,8 +136,11 @@ def fmt(seconds) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--arms", nargs="+", default=["control", "treatment"], choices=["control", "treatment"])
-    parser.add_argument("--control-limit-s", type=float, default=600)
-    parser.add_argument("--treatment-limit-s", type=float, default=300)
+    parser.add_argument("--control-limit-s", type=float, default=900)
+    parser.add_argument("--treatment-limit-s", type=float, default=720)
+    parser.add_argument("--shape", choices=["seed", "fast"], default="seed",
+                        help="seed: fast, then a creep through the critical band (the seed's slide, scaled); "
+                             "fast: 32 MiB/s to the end (what the test suite runs)")
     parser.add_argument("--out", type=Path, default=Path("incident-out"))
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
@@ -146,7 +152,7 @@ def main() -> int:
         for arm in args.arms:
             limit = args.control_limit_s if arm == "control" else args.treatment_limit_s
             started = time.monotonic()
-            run = run_arm(image, arm, limit, Path(tmp))
+            run = run_arm(image, arm, limit, Path(tmp), args.shape)
             summary = run.summary()
             summary["wall_s"] = round(time.monotonic() - started)
             summaries.append(summary)

@@ -368,3 +368,18 @@ def test_retry_s_retries_each_huge_page_then_reports_the_retries(surp_before, st
     [failed] = hasty.wait_event("alloc-failed", timeout=30)
     assert failed["retries"] == 0, failed
     assert run_usage_error("--retry-s", "-1").returncode == 2
+
+
+def test_slow_below_switches_to_the_seeds_creep_once_memory_is_short(surp_before, start_hog):
+    """--slow-below-mib above what is available now: the first step is fast, every later one slow."""
+    above = meminfo("MemAvailable") // 1024 + 1024
+    hog = start_hog("--memfd", "--step-mib", "8", "--max-mib", "32", "--interval-s", "0",
+                    "--slow-below-mib", str(above), "--slow-step-mib", "2", "--slow-interval-s", "0.3",
+                    "--slow-for-mib", "6", "--hold")
+    hog.wait_event("max-reached", timeout=10)
+    [slow], [fast] = hog.events("slow"), hog.events("fast")
+    steps = hog.events("step")
+    assert slow["allocated_mib"] == 0 and fast["allocated_mib"] == 6
+    assert [e["allocated_mib"] for e in steps] == [2, 4, 6, 14, 22, 30, 32]     # creep 6 MiB, then 8 MiB steps
+    assert steps[2]["t"] - steps[1]["t"] >= 0.25
+    assert run_usage_error("--slow-step-mib", "0").returncode == 2

@@ -28,6 +28,8 @@ receiver, recovery). The stand-in ``nvidia-smi`` (tests/replay.py) is on both.
 from __future__ import annotations
 
 import json
+import logging
+import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -64,13 +66,23 @@ class Hook(BaseHTTPRequestHandler):
 
 HTTPServer(("127.0.0.1", {HOOK_PORT}), Hook).serve_forever()
 '''
-SAMPLER = f"""#!/bin/sh
-# One line a second: epoch MemAvailable SwapTotal SwapFree HugePages_Surp (kB, kB, kB, pages).
-while :; do
-  awk -v t="$(date +%s.%N)" '/^MemAvailable:/ {{a=$2}} /^SwapTotal:/ {{st=$2}} /^SwapFree:/ {{sf=$2}}
-    /^HugePages_Surp:/ {{h=$2}} END {{printf "%.2f %d %d %d %d\\n", t, a, st, sf, h}}' /proc/meminfo >> {SAMPLES}
-  sleep 1
-done
+# One line a second, to a file on the node and to its serial console (qemu writes that to a file on the host,
+# so the samples of a node that hangs are still read): "SGS epoch uptime MemAvailable SwapTotal SwapFree
+# HugePages_Surp" (s, s, kB, kB, kB, pages). One process with its memory locked (mlockall): it keeps sampling
+# while everything else is swapped out, as long as it gets a CPU; a shell loop forking awk would stall first.
+SAMPLER = f"""#!/usr/bin/python3
+import ctypes, time
+ctypes.CDLL(None).mlockall(3)   # MCL_CURRENT | MCL_FUTURE
+keys = ("MemAvailable", "SwapTotal", "SwapFree", "HugePages_Surp")
+with open("{SAMPLES}", "a") as out, open("/dev/ttyS0", "w") as console:
+    while True:
+        info = dict(line.split(":", 1) for line in open("/proc/meminfo"))
+        uptime = open("/proc/uptime").read().split()[0]
+        line = "SGS %.2f %s %s\\n" % (time.time(), uptime, " ".join(info[k].split()[0] for k in keys))
+        for sink in (out, console):
+            sink.write(line)
+            sink.flush()
+        time.sleep(1)
 """
 
 
@@ -114,6 +126,8 @@ class Probe:
     samples: list[tuple[float, float | None]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
+        # An unanswered probe is a sample, not news: paramiko's transport thread would log a traceback for each.
+        logging.getLogger("paramiko").setLevel(logging.CRITICAL)
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
@@ -182,9 +196,31 @@ class IncidentRun:
     notes: list[str] = field(default_factory=list)
 
     def crossed_line_at(self) -> float | None:
+        """When MemAvailable reached the SIGTERM line: the sampler's first reading at or below it, or the guard's
+        first signal if earlier (it reads MemAvailable every 100 ms; a dip between two 1 s samples is real)."""
         if self.term_line_kib is None:
             return None
-        return next((t for t, avail, *_ in self.samples if t >= self.started and avail <= self.term_line_kib), None)
+        sampled = next((t for t, avail, *_ in self.samples if t >= self.started and avail <= self.term_line_kib), None)
+        signalled = self.first_signal_at()
+        return min((t for t in (sampled, signalled) if t is not None), default=None)
+
+    def first_signal_at(self) -> float | None:
+        """The guard's first SIGTERM/SIGKILL to a process (journal time)."""
+        for line in self.kills:
+            if "sending SIG" in line and " to process " in line or "signalled" in line:
+                try:
+                    return float(line.split()[0])
+                except ValueError:
+                    continue
+        return None
+
+    def alert_timeline(self) -> list[str]:
+        """Each alert's first firing notification: 'NAME (severity) +Ns' from the trainer's start."""
+        seen: dict[str, str] = {}
+        for t, name, severity, status in sorted(self.alerts()):
+            if status == "firing" and name != "Watchdog" and name not in seen:
+                seen[name] = f"{name} ({severity}) +{t - self.started:.0f}s"
+        return list(seen.values())
 
     def swap_used_mib(self) -> list[tuple[float, float]]:
         return [(t, (total - free) / 1024) for t, _, total, free, _ in self.samples]
@@ -214,6 +250,7 @@ class IncidentRun:
             "first_alert_s": since(self.first_alert()),
             "first_critical_s": since(self.first_alert("critical")),
             "alerts": sorted({name for _, name, _, status in self.alerts() if status == "firing"} - {"Watchdog"}),
+            "alert_timeline": self.alert_timeline(),
             "trainer": self.trainer_state,
             "survivors": self.survivors,
             "reachable_at_end": self.reachable_at_end,
@@ -233,7 +270,22 @@ def start_bystanders(vm, serving_adj: int | None) -> None:
              "systemd-run -q --unit sg-notebook sparkguard-anon-hog --mib 160 --comm python3")
 
 
-def start_trainer(vm, step_mib: int = 16, interval_s: float = 0.5, max_mib: int = 4096, retry_s: float = 30) -> None:
+def seed_creep(vm) -> str:
+    """The hog's flags for the seed's slide: fast until 1 point above the critical line, then 2 MiB every 15 s
+    for (margin + 2) points of MemTotal, then fast again. With the shipped lines (8 %, critical 10 %) the band
+    from 10 % to 8 % takes ~3.5 minutes on the VM, longer than NodeMemoryAvailableCritical's `for: 2m`: the
+    page comes before the guard acts, as it would in the seed's 20-minute slide at the VM's scale."""
+    from sparkguard.alerts import AlertThresholds
+
+    t = AlertThresholds()
+    total_mib = int(vm.check("awk '/^MemTotal:/ {print $2}' /proc/meminfo")) // 1024
+    below = int(total_mib * (t.term_percent + t.critical_margin_percent + 1) / 100)
+    span = int(total_mib * (t.critical_margin_percent + 2) / 100)
+    return f"--slow-below-mib {below} --slow-step-mib 2 --slow-interval-s 15 --slow-for-mib {span}"
+
+
+def start_trainer(vm, step_mib: int = 16, interval_s: float = 0.5, max_mib: int = 4096, retry_s: float = 30,
+                  creep: str = "") -> None:
     """The trainer as the seed ran it: plain `docker run --memory`, its memory invisible to the cgroup.
 
     ``retry_s``: each huge page is retried after ENOMEM (the hog's --retry-s), so the
@@ -245,32 +297,50 @@ def start_trainer(vm, step_mib: int = 16, interval_s: float = 0.5, max_mib: int 
              f"docker run -d --name {TRAINER} --memory 256m --network none "
              f"-v /usr/local/bin/sparkguard-uma-hog:/hog:ro -v {WORK}:/out -v {DEVICE}:{DEVICE} {TRAINER_IMAGE} "
              f"/usr/bin/python3 /hog --comm python3 --memfd --helpers 2 --helper-watch-s 5 --device {DEVICE} "
-             f"--step-mib {step_mib} --interval-s {interval_s} --max-mib {max_mib} --retry-s {retry_s} --hold "
+             f"--step-mib {step_mib} --interval-s {interval_s} --max-mib {max_mib} --retry-s {retry_s} {creep} --hold "
              f"--report /out/{Path(TRAINER_REPORT).name}", timeout=120)
+
+
+_SAMPLE = re.compile(r"SGS (\d+\.\d+) (\d+\.\d+) (\d+) (\d+) (\d+) (\d+)")
+_KERNEL = re.compile(r"\[\s*(\d+\.\d+)\] (.*(?:Out of memory: Killed process|invoked oom-killer).*)")
+
+
+def read_console(console: str) -> tuple[list[tuple[float, int, int, int, int]], list[str]]:
+    """The samples and the kernel's OOM lines from the node's serial console, as qemu wrote it on the host.
+
+    Read on the host, so a node that hangs still tells its story. A kernel line's uptime becomes host time
+    through the nearest sample's (epoch, uptime) pair.
+    """
+    samples, offsets = [], []
+    for match in _SAMPLE.finditer(console):
+        epoch, uptime, *values = match.groups()
+        samples.append((float(epoch), *(int(v) for v in values)))
+        offsets.append((float(uptime), float(epoch) - float(uptime)))
+    kernel = []
+    for match in _KERNEL.finditer(console):
+        uptime = float(match.group(1))
+        offset = min(offsets, key=lambda o: abs(o[0] - uptime))[1] if offsets else 0.0
+        kernel.append(f"{uptime + offset:.2f} kernel: {match.group(2).strip()}")
+    return samples, kernel
 
 
 def read_back(vm, run: IncidentRun) -> None:
     """Everything the node recorded; a node that does not answer is said to, not waited for."""
+    run.samples, run.kernel_kills = read_console(vm.console_log.read_text(errors="replace"))
     try:
-        _, samples, _ = vm.ssh(f"cat {SAMPLES}", timeout=60, connect_patience=30)
+        vm.ssh("true", timeout=60, connect_patience=30)
     except Exception as error:  # noqa: BLE001
         run.reachable_at_end = False
-        run.notes.append(f"node unreachable at the end: {type(error).__name__}")
+        run.notes.append(f"node unreachable at the end: {type(error).__name__}; samples and kernel lines from its "
+                         "serial console")
         return
-    for line in samples.splitlines():
-        parts = line.split()
-        if len(parts) == 5:
-            run.samples.append((float(parts[0]), int(parts[1]), int(parts[2]), int(parts[3]), int(parts[4])))
     _, hooks, _ = vm.ssh(f"cat {HOOK_LOG} 2>/dev/null", timeout=60)
     run.hooks = [json.loads(line) for line in hooks.splitlines() if line.strip()]
     # One journalctl per source: matches on different fields (-u is _SYSTEMD_UNIT, -t SYSLOG_IDENTIFIER) are ANDed.
     _, kills, _ = vm.ssh("{ journalctl -q -u earlyoom -u nohang -o short-unix --no-pager; "
                          "journalctl -q -t sparkguard-earlyoom -o short-unix --no-pager; } "
-                         "| grep -E 'sending SIG|killed|signalled' | sort -n || true", timeout=60)
+                         "| grep -E 'sending SIG[A-Z]+ to process|killed|signalled' | sort -n || true", timeout=60)
     run.kills = [line for line in kills.splitlines() if line.strip()]
-    _, kernel, _ = vm.ssh("journalctl -q -k -o short-unix --no-pager | grep -E 'Killed process|invoked oom-killer' "
-                          "|| true", timeout=60)
-    run.kernel_kills = [line for line in kernel.splitlines() if line.strip()]
     _, report, _ = vm.ssh(f"cat {TRAINER_REPORT} 2>/dev/null", timeout=60)
     run.trainer_events = [json.loads(line) for line in report.splitlines() if line.strip()]
     _, state, _ = vm.ssh(f"docker inspect -f '{{{{json .State}}}}' {TRAINER} 2>/dev/null", timeout=60)
@@ -285,14 +355,14 @@ def read_back(vm, run: IncidentRun) -> None:
     run.survivors = {"vllm": "sg-vllm" in names, "notebook": "sg-notebook" in names, "sshd": "sshd" in names}
 
 
-def run_incident(vm, arm: str, limit_s: float, term_line_kib: int | None, done=None) -> IncidentRun:
+def run_incident(vm, arm: str, limit_s: float, term_line_kib: int | None, done=None, creep: str = "") -> IncidentRun:
     """Start the trainer, watch for at most ``limit_s``; ``done(vm)`` ends the watch early (treatment)."""
     run = IncidentRun(arm=arm, limit_s=limit_s, term_line_kib=term_line_kib)
     probe = Probe(vm)
     try:
         time.sleep(5)
         run.started = time.time()
-        start_trainer(vm)
+        start_trainer(vm, creep=creep)
         while time.time() - run.started < limit_s:
             time.sleep(5)
             if done is not None and done(vm):
