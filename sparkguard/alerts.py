@@ -584,6 +584,8 @@ def _sparkguard_metrics_stale(t: AlertThresholds, n: _Names) -> Rule:
             f"    {expected}\n"
             f"      unless on(instance) {series}\n"
             f"      unless on(instance) {error}\n"
+            # A target Prometheus still scrapes: a dropped one's last `up` lingers for the lookback.
+            f"      and on(instance) time() - timestamp(up{{{n.job}}}) < {t.exporter_sample_max_age_s}\n"
             f"  ),\n"
             f"  \"unit\", \"{unit}\", \"\", \"\"\n"
             f")"
