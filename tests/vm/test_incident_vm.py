@@ -29,7 +29,7 @@ from tests.vm import harness as vm
 from tests.vm.conftest import booted
 from tests.waiting import wait_for
 
-# Deselected by default (pyproject addopts): ~10 min under TCG, over the suite's budget today.
+# ~10 min under TCG (image with docker baked in, cached; one boot, one apply, shared by every test here).
 pytestmark = [pytest.mark.vm, pytest.mark.incident_vm]
 KEEP = {"base", "earlyoom", "swap", "monitoring", "recovery"}
 TARGET = "sparkguard-training.target"
@@ -81,9 +81,12 @@ def test_the_seeds_job_dies_first_and_whole_and_the_node_stays_reachable(node):
     assert held > 256, summary
     # Reachable throughout: no SSH silence of more than a few seconds.
     assert run.longest_gap_s <= 10, summary
-    # The kill's alert reached the receiver on the node's loopback; nothing paged falsely.
-    assert "EarlyoomKilledProcess" in run.summary()["alerts"], summary
-    assert "NodeExporterDown" not in run.summary()["alerts"], summary
+    # The kill's alert reached the receiver on the node's loopback; nothing paged falsely (the replay found
+    # NodeExporterDown and SparkguardMetricsStale paging for the package's dropped localhost:9100 target).
+    alerts = set(run.summary()["alerts"])
+    assert "EarlyoomKilledProcess" in alerts, summary
+    assert alerts <= {"EarlyoomKilledProcess", "NodeMemoryExhaustionForecast", "NodeMemoryAvailableLow",
+                      "NodeMemoryAvailableCritical"}, summary
     # Swap is still on (the policy keeps it for the system; -s 100,100: it never delayed the kill).
     assert run.samples and run.samples[-1][2] > 0, summary
     sh(node, f"docker rm -f {incident.TRAINER} >/dev/null 2>&1; systemctl stop sg-vllm sg-notebook; true")
