@@ -14,16 +14,9 @@ from sparkguard.errors import (
     EXIT_UNREACHABLE,
 )
 from tests.conftest import REPO, run_cli
+from tests.unit.test_schema import GOOD
 
 INCIDENT = REPO / "tests" / "fixtures" / "incident-inventory"   # valid, and over-committed while training
-GOOD = """
-all:
-  vars:
-    node: {memory_total_gib: 121.7}
-  hosts:
-    spark-01:
-      ssh_host: 192.0.2.11
-"""
 
 
 def closed_port() -> int:

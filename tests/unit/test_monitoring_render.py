@@ -24,15 +24,24 @@ def rendered(tmp_path_factory) -> Path:
     return out
 
 
-@pytest.fixture(scope="module")
-def promtool() -> str:
-    path = shutil.which("promtool") or (str(REPO / ".venv/bin/promtool") if (REPO / ".venv/bin/promtool").exists()
-                                        else None)
+def tool(name: str, how: str) -> str:
+    """A checker the tests run on renders: on PATH or in .venv/bin; missing under CI is a failure, not a skip."""
+    path = shutil.which(name) or (str(REPO / ".venv/bin" / name) if (REPO / ".venv/bin" / name).exists() else None)
     if path is None:
         if in_ci():
-            pytest.fail("promtool not found (apt-get install prometheus); CI is set, so this is a failure")
-        pytest.skip("promtool not found (apt-get install prometheus)")
+            pytest.fail(f"{name} not found ({how}); CI is set, so this is a failure")
+        pytest.skip(f"{name} not found ({how})")
     return path
+
+
+@pytest.fixture(scope="module")
+def promtool() -> str:
+    return tool("promtool", "apt-get install prometheus")
+
+
+@pytest.fixture(scope="module")
+def amtool() -> str:
+    return tool("amtool", "./dev.sh install unpacks it")
 
 
 def test_promtool_accepts_the_render_as_it_is(rendered, promtool):
@@ -57,16 +66,6 @@ def test_the_nodes_syntax_check_passes_where_the_full_one_cannot_see_the_rules(r
     assert subprocess.run([promtool, "check", "config", str(staged)], capture_output=True).returncode != 0
     done = subprocess.run([promtool, "check", "config", "--syntax-only", str(staged)], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
-
-
-@pytest.fixture(scope="module")
-def amtool() -> str:
-    path = shutil.which("amtool") or (str(REPO / ".venv/bin/amtool") if (REPO / ".venv/bin/amtool").exists() else None)
-    if path is None:
-        if in_ci():
-            pytest.fail("amtool not found (./dev.sh install unpacks it); CI is set, so this is a failure")
-        pytest.skip("amtool not found (./dev.sh install unpacks it)")
-    return path
 
 
 def test_amtool_accepts_the_rendered_alertmanager_yml_with_the_webhook_shown_as_secret(rendered, amtool):
