@@ -27,6 +27,8 @@ from .errors import ConfigError, Problem
 WHEELS = ".sparkguard/wheels"
 _COMMIT = re.compile(r"[0-9a-f]{40}")
 _VCS = re.compile(r"git\+(https|ssh|file)://[^\s@#]+(\.git)?@[0-9A-Za-z._/-]+")
+# A wheel's file name as PEP 427 writes it: the name becomes a requirements.txt line, so nothing else passes.
+_WHEEL = re.compile(r"sparkguard-[0-9A-Za-z._+]+-[0-9A-Za-z._]+-[0-9A-Za-z._]+-[0-9A-Za-z._]+\.whl")
 _SCP = re.compile(r"([A-Za-z0-9._-]+@)?([A-Za-z0-9.-]+):(?!//)(.+)")
 FORMS = ("--pin git+https://HOST/ORG/sparkguard.git@COMMIT (a commit your CI can fetch), or --pin "
          "PATH/sparkguard-VERSION-py3-none-any.whl (copied into the repository); a bare name is never pinned: "
@@ -54,7 +56,7 @@ def pin_for(spec: str | None) -> Pin:
 def _explicit(spec: str) -> Pin:
     if spec.endswith(".whl"):
         path = Path(spec).expanduser()
-        if not path.is_file() or not path.name.startswith("sparkguard-"):
+        if not _WHEEL.fullmatch(path.name) or not path.is_file():
             raise ConfigError([Problem("", "--pin", spec, f"not a sparkguard wheel file; give {FORMS}")])
         relative = f"{WHEELS}/{path.name}"
         return Pin(f"./{relative}", (relative, path.read_bytes()), f"pinned to the wheel copied to {relative}")

@@ -152,7 +152,10 @@ def test_the_pin_names_a_source_pip_can_install_never_a_bare_name(tmp_path):
     assert (tmp_path / "w/requirements.txt").read_text().splitlines()[-1] == \
         "./.sparkguard/wheels/sparkguard-0.2.0-py3-none-any.whl"
     assert (tmp_path / "w/.sparkguard/wheels" / wheel.name).read_bytes() == wheel.read_bytes()
-    for bad in ("git+https://example.org/sparkguard.git", "sparkguard==0.2.0", str(tmp_path / "nope.whl")):
+    hostile = tmp_path / "sparkguard-0.2.0-py3-none-any\n--index-url https:x.whl"
+    hostile.write_bytes(b"PK")
+    for bad in ("git+https://example.org/sparkguard.git", "sparkguard==0.2.0", str(tmp_path / "nope.whl"),
+                str(hostile), "git+https://example.org/sg.git@main\n--index-url https://evil"):
         refused = run_cli("init", str(tmp_path / "r"), "--pin", bad)
         assert refused.returncode == 2 and "--pin" in refused.stderr and not (tmp_path / "r").exists(), bad
 
