@@ -36,6 +36,13 @@ LAUNCHER = f"{BIN_DIR}/sparkguard-train"
 TRAIN_CONFIG = f"{CONFIG_DIR}/train.json"
 RUNS_DIR = f"{STATE_DIR}/train"
 RECORD = "/run/sparkguard/swap-before-training"
+# While training mode is on, a timer checks that a job still holds it (a launcher killed between
+# entering training mode and starting its job would leave swap off for good): the first check
+# REAPER_GRACE_S after entering, then every REAPER_INTERVAL_S.
+REAPER_SERVICE = "sparkguard-training-reaper.service"
+REAPER_TIMER = "sparkguard-training-reaper.timer"
+REAPER_GRACE_S = 30
+REAPER_INTERVAL_S = 30
 SYSCTL_FILE = "/etc/sysctl.d/60-sparkguard-swap.conf"
 # Everything that can turn swap on at boot besides fstab: swap.target pulls in every
 # .swap unit (fstab, systemd-gpt-auto); zram comes from systemd-zram-generator or zram-tools.
@@ -61,7 +68,9 @@ def desired_state(ctx: RoleContext) -> DesiredState:
              "record": RECORD, "timeout_s": settings.swapoff_timeout_s, "reserve_percent": int(reserve),
              "node_json": NODE_JSON, "runs_dir": RUNS_DIR, "term_percent": f"{earlyoom.term_percent:g}",
              # Explicit inputs from roles budget and vllm: what entering training mode frees.
-             "budget_json": BUDGET_JSON, "vllm_mode_dir": VLLM_MODE_DIR, "job_prefix": TRAINING_JOB_PREFIX}
+             "budget_json": BUDGET_JSON, "vllm_mode_dir": VLLM_MODE_DIR, "job_prefix": TRAINING_JOB_PREFIX,
+             "launcher": LAUNCHER, "reaper_timer": REAPER_TIMER, "grace_s": REAPER_GRACE_S,
+             "interval_s": REAPER_INTERVAL_S}
     off = settings.mode == "off"
     files = (
         ManagedFile(TOGGLE, TOGGLE_SOURCE.read_text(), mode="0755", validate="sh -n {path}"),
@@ -72,6 +81,10 @@ def desired_state(ctx: RoleContext) -> DesiredState:
         # Not confined yet (docs/security.md): with the shared sandbox, swap was not restored after a
         # killed launcher's job ended in one CI run of the qemu tests; kept as it was until that is understood.
         ManagedFile(unit_path(SWAPOFF_SERVICE), render_template("swap/swapoff.service.j2", **names),
+                    validate="systemd-analyze verify {path}"),
+        ManagedFile(unit_path(REAPER_SERVICE), render_template("swap/training-reaper.service.j2", **names),
+                    validate="systemd-analyze verify {path}"),
+        ManagedFile(unit_path(REAPER_TIMER), render_template("swap/training-reaper.timer.j2", **names),
                     validate="systemd-analyze verify {path}"),
         ManagedFile(dropin_path(TRAINING_TARGET, "50-sparkguard-swap.conf"),
                     render_template("swap/training-dropin.conf.j2", **names)),

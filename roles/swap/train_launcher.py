@@ -24,7 +24,9 @@
    own --name, --init, --oom-score-adj, --detach or a --restart policy is refused.
 4. When the job ends, however it ends (exit, failure, earlyoom, kill -9), its
    ExecStopPost (as root) records the outcome and leaves training mode once no
-   other job runs: swap comes back, vLLM returns to full size.
+   other job runs: swap comes back, vLLM returns to full size. A launcher killed
+   before its job started leaves training mode up with no job: the target's timer
+   (--leave-if-idle) leaves it within a minute.
 
 If this launcher dies (kill -9, the SSH session drops), the JOB GOES ON; swap
 returns when it ends. Ctrl-C or SIGTERM here stops the job. Exit code: the
@@ -409,10 +411,35 @@ def finished(unit: str, container: str | None) -> int:
     for path in (RUNS / f"{unit}.json", RUNS / "last.json"):
         path.write_text(json.dumps(record, indent=2) + "\n")
         path.chmod(0o644)
-    others = systemctl("list-units", "--plain", "--no-legend", "--state=active,activating,reloading",
-                       f"{JOB_PREFIX}*.service").stdout.split()
-    if not [name for name in others if name.startswith(JOB_PREFIX) and name != unit]:
+    if not running_jobs(("active", "activating", "reloading"), besides=unit):
         systemctl("stop", "--no-block", TARGET)
+    return 0
+
+
+def running_jobs(states: tuple[str, ...], besides: str = "") -> list[str]:
+    """Job units in one of ``states`` (systemd's ACTIVE column), other than ``besides``."""
+    out = systemctl("list-units", "--plain", "--no-legend", f"--state={','.join(states)}",
+                    f"{JOB_PREFIX}*.service").stdout
+    names = [line.split()[0] for line in out.splitlines() if line.split()]
+    return [name for name in names if name.startswith(JOB_PREFIX) and name != besides]
+
+
+def leave_if_idle() -> int:
+    """The reaper timer's check while training mode is on: leave it when no job holds it.
+
+    A job's end leaves training mode (finished()), but a launcher killed between
+    entering training mode and starting its job (kill -9, a dropped session during a
+    long swapoff) leaves the target up with no job whose end would stop it: swap
+    would stay off until someone noticed. A job that starts afterwards pulls the
+    target back in (Requires=), so leaving is always safe. Jobs that are stopping
+    still count: their own end leaves training mode.
+    """
+    if systemctl("is-active", TARGET).stdout.strip() != "active":
+        return 0
+    if running_jobs(("active", "activating", "deactivating", "reloading")):
+        return 0
+    say(f"no training job holds {TARGET} (its launcher ended before starting one): leaving training mode")
+    systemctl("stop", "--no-block", TARGET)
     return 0
 
 
@@ -482,6 +509,7 @@ def main() -> int:
     parser.add_argument("--finished", metavar="UNIT", help=argparse.SUPPRESS)
     parser.add_argument("--container", help=argparse.SUPPRESS)
     parser.add_argument("--stop-container", metavar="CONTAINER", help=argparse.SUPPRESS)
+    parser.add_argument("--leave-if-idle", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("cmd", nargs=argparse.REMAINDER)
     args = parser.parse_args()
     load_config()
@@ -489,6 +517,8 @@ def main() -> int:
         return finished(args.finished, args.container)
     if args.stop_container:
         return stop_container(args.stop_container)
+    if args.leave_if_idle:
+        return leave_if_idle()
     if args.status:
         return status(args.json)
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd

@@ -29,7 +29,9 @@ def test_units_pass_systemd_analyze_verify(sandbox_nodes):
     rc, out, err = sandbox_nodes.ssh("node-1", "systemd-analyze verify /etc/systemd/system/sparkguard-swapoff.service "
                                                f"/etc/systemd/system/{TARGET} "
                                                "/etc/systemd/system/sparkguard-earlyoom-kills.service "
-                                               "/etc/systemd/system/sparkguard-earlyoom-kills.path")
+                                               "/etc/systemd/system/sparkguard-earlyoom-kills.path "
+                                               "/etc/systemd/system/sparkguard-training-reaper.service "
+                                               "/etc/systemd/system/sparkguard-training-reaper.timer")
     assert rc == 0, out + err
 
 

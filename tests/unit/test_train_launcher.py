@@ -120,3 +120,64 @@ def test_preflight_without_a_readable_budget_counts_nothing(launcher, tmp_path, 
     budget.write_text(content)
     monkeypatch.setattr(launcher, "BUDGET_JSON", budget)
     assert launcher.training_mode_frees() == (0, [])
+
+
+class FakeSystemctl:
+    """systemctl as the reaper sees it: the target's state and `list-units` of the job units in each state."""
+
+    def __init__(self, target: str, jobs: dict[str, str]):
+        self.target, self.jobs, self.calls = target, jobs, []
+
+    def __call__(self, *args):
+        self.calls.append(args)
+        if args[0] == "is-active":
+            out = self.target + "\n"
+        elif args[0] == "list-units":
+            states = next(a for a in args if a.startswith("--state=")).removeprefix("--state=").split(",")
+            # The description column can hold anything the job's command line held.
+            out = "".join(f"{name} loaded {state} running sparkguard training job: sparkguard-job-x\n"
+                          for name, state in self.jobs.items() if state in states)
+        else:
+            out = ""
+        return type("R", (), {"stdout": out, "returncode": 0})()
+
+
+@pytest.mark.parametrize("target,jobs,leaves", [
+    ("active", {}, True),                                                   # launcher died before its job
+    ("active", {f"{TRAINING_JOB_PREFIX}a-1.service": "active"}, False),
+    ("active", {f"{TRAINING_JOB_PREFIX}a-1.service": "activating"}, False),
+    ("active", {f"{TRAINING_JOB_PREFIX}a-1.service": "deactivating"}, False),   # its own end leaves
+    ("activating", {}, False),                                              # swapoff still running
+    ("inactive", {}, False),
+])
+def test_the_reaper_leaves_training_mode_only_when_no_job_holds_it(launcher, monkeypatch, capsys,
+                                                                   target, jobs, leaves):
+    fake = FakeSystemctl(target, jobs)
+    monkeypatch.setattr(launcher, "systemctl", fake)
+    assert launcher.leave_if_idle() == 0
+    assert (("stop", "--no-block", TRAINING_TARGET) in fake.calls) == leaves
+    assert ("no training job holds" in capsys.readouterr().err) == leaves
+
+
+def test_a_finishing_job_leaves_training_mode_only_if_it_was_the_last(launcher, monkeypatch):
+    me, other = f"{TRAINING_JOB_PREFIX}me-1.service", f"{TRAINING_JOB_PREFIX}other-1.service"
+    for jobs, leaves in (({me: "deactivating"}, True), ({me: "deactivating", other: "active"}, False)):
+        fake = FakeSystemctl("active", jobs)
+        monkeypatch.setattr(launcher, "systemctl", fake)
+        assert launcher.running_jobs(("active", "activating", "reloading"), besides=me) == \
+            ([] if leaves else [other])
+
+
+def test_the_reaper_runs_only_while_training_mode_is_on():
+    """Its timer is wanted by the target and bound to it, so it never runs outside training mode."""
+    from roles.swap.state import LAUNCHER, REAPER_SERVICE, REAPER_TIMER
+    from sparkguard.layout import dropin_path, unit_path
+
+    states = host_states(load_inventory(REPO / "inventory" / "example").host("spark-01"))
+    files = {f.path: f.content for state in states for f in state.files}
+    dropin = files[dropin_path(TRAINING_TARGET, "50-sparkguard-swap.conf")]
+    timer, service = files[unit_path(REAPER_TIMER)], files[unit_path(REAPER_SERVICE)]
+    assert f"Wants={REAPER_TIMER}" in dropin.splitlines()
+    assert {f"BindsTo={TRAINING_TARGET}", f"After={TRAINING_TARGET}"} <= set(timer.splitlines())
+    assert "[Install]" not in timer
+    assert f"ExecStart={LAUNCHER} --leave-if-idle" in service.splitlines()

@@ -10,8 +10,10 @@ import time
 
 import pytest
 
+from roles.swap.state import REAPER_GRACE_S, REAPER_SERVICE, REAPER_TIMER
 from tests.conftest import REPO
 from tests.vm import applying
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.vm
 KEEP = {"base", "earlyoom", "swap"}
@@ -77,13 +79,24 @@ def test_swap_off_during_training_and_back_however_the_job_ends(vm_node, trainin
 
 
 def test_swap_back_after_the_launcher_is_killed_once_the_job_ends(vm_node, training_mode):
-    vm_node.ssh("(setsid sparkguard-train --name orphan -- sleep 8 > /dev/null 2>&1 &); sleep 3; "
-                "pkill -9 -f '[s]parkguard-train --name orphan'")
+    vm_node.ssh("(setsid sparkguard-train --name orphan -- sleep 15 > /dev/null 2>&1 &)")
+    # Killed once its job runs (under TCG the launcher can take seconds to get there).
+    wait_for(lambda: vm_node.check("systemctl list-units --plain --no-legend --state=active "
+                                   "'sparkguard-job-orphan-*' || true").strip(), 60, "the orphan's job")
+    vm_node.ssh("pkill -9 -f '[s]parkguard-train --name orphan'")
     assert swaps(vm_node) == "", "the job goes on (and swap stays off) after its launcher died"
-    deadline = time.time() + 60
-    while time.time() < deadline and swaps(vm_node) != training_mode:
-        time.sleep(2)
-    assert swaps(vm_node) == training_mode
+    wait_for(lambda: swaps(vm_node) == training_mode, 60, "swap back after the orphaned job's end")
+
+
+def test_swap_back_when_the_launcher_died_before_starting_its_job(vm_node, training_mode):
+    """Training mode entered, then no job (the launcher killed during a long swapoff): the reaper leaves it."""
+    vm_node.check(f"systemctl start {TARGET}")
+    assert swaps(vm_node) == "" and vm_node.check(f"systemctl is-active {REAPER_TIMER}").strip() == "active"
+    entered = time.time()
+    wait_for(lambda: swaps(vm_node) == training_mode, REAPER_GRACE_S + 60, "swap back without a job")
+    assert time.time() - entered >= REAPER_GRACE_S - 5, "left training mode before the launcher's grace"
+    assert vm_node.check(f"systemctl is-active {TARGET} {REAPER_TIMER} || true").split() == ["inactive"] * 2
+    assert "no training job holds" in vm_node.check(f"journalctl -u {REAPER_SERVICE} -o cat --no-pager")
 
 
 def test_preflight_refuses_a_job_that_does_not_fit_and_swap_stays_on(vm_node, training_mode):
