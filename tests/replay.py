@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -543,6 +544,10 @@ def run_cell(handle, node: str, plan: ReplayPlan, launch: Launch, timeout_s: flo
             _, collected, _ = ssh(f"journalctl -t sparkguard-earlyoom --since '{since}' --no-pager -o cat; "
                                   f"echo '-- agent --'; journalctl -u sparkguard-gpu-ranking --since '{since}' "
                                   f"--no-pager -o short-precise | tail -n 30")
+            if not adj and hog_pid:
+                # A fast start can be killed before the next poll reads /proc: then the adj is the one the
+                # GPU ranking agent wrote (its journal line for this PID), read before anyone was signalled.
+                adj = _adj_written_by_agent(collected, hog_pid)
             record = None
             if launch.record:
                 rc, out, _ = ssh("cat /var/lib/sparkguard/train/last.json")
@@ -599,6 +604,12 @@ def _start_ollama(ssh) -> None:
             return
         time.sleep(0.1)
     raise TimeoutError(f"the ollama stand-in did not take its {OLLAMA_MIB} MiB: {ssh(f'cat {OLLAMA_REPORT}')[1]}")
+
+
+def _adj_written_by_agent(journal: str, pid: int) -> str:
+    """The last oom_score_adj the GPU ranking agent wrote for ``pid`` ("" if it wrote none)."""
+    written = re.findall(rf"gpu-ranking: pid {pid} \([^)]*\): oom_score_adj -?\d+ -> (-?\d+)", journal)
+    return written[-1] if written else ""
 
 
 def _node_pid(ssh, reported: int, comm: str) -> int | None:
