@@ -47,6 +47,7 @@ TRAINER = "sg-trainer"
 TRAINER_IMAGE = "sg-trainer:1"
 DEVICE = "/dev/nvidia-uvm"     # STAND-IN for the compute device CUDA opens (a regular file)
 UNRESPONSIVE_S = 30            # this long without an SSH answer = unresponsive
+PROBE_TIMEOUT_S = 10           # a probe (a fresh SSH login running `true`) unanswered after this long
 # The webhook receiver: each POST's arrival time and the alert names and states in it.
 RECEIVER = f'''#!/usr/bin/env python3
 import json, time
@@ -136,7 +137,7 @@ class Probe:
         while not self.stop.is_set():
             started = time.time()
             try:
-                rc, _, _ = self.vm.ssh("true", timeout=10, connect_patience=0)  # type: ignore[attr-defined]
+                rc, _, _ = self.vm.ssh("true", timeout=PROBE_TIMEOUT_S, connect_patience=0)  # type: ignore[attr-defined]
                 answer = time.time() - started if rc == 0 else None
             except Exception:  # noqa: BLE001 - an unanswered probe is the measurement
                 answer = None
