@@ -106,7 +106,8 @@ run_tests() {
   "$VENV/bin/mypy"
   local types=$?
   log "running the full test suite"
-  "$VENV/bin/python" -m pytest -q "$@"
+  # The slowest steps are listed at the end: where the suite's time goes, in every CI log.
+  "$VENV/bin/python" -m pytest -q --durations=25 --durations-min=20 "$@"
   local rc=$?
   set -e
   if [ "$rc" = 5 ]; then
