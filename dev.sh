@@ -2,7 +2,10 @@
 # sparkguard developer entry point. As root on a fresh Debian/Ubuntu machine:
 #
 #   ./dev.sh quickstart   install everything, boot a local sandbox node, apply the site, audit it (the report)
-#   ./dev.sh test         install everything, run the full test suite (what .ci/run runs)
+#   ./dev.sh test         install everything, run the full test suite (what .ci/run runs): unit tier first,
+#                         then sandbox nodes, then qemu VMs; a failed unit test stops it there (--all-tiers: go on)
+#   ./dev.sh test --fast  ruff, mypy and the unit tier only (tests/unit and the doctests): no node boots
+#   ./dev.sh test -m sandbox / -m vm / -k ROLE   one tier, or the tests whose names mention a role
 #   ./dev.sh install      only install (apt packages, .venv, promtool)
 #
 # Nothing here changes the host's swap, sysctls or services: promtool is
@@ -97,6 +100,8 @@ TXT
 }
 
 run_tests() {
+  local selection=()
+  if [ "${1:-}" = --fast ]; then shift; selection=(-m unit); fi
   install
   export PATH="$VENV/bin:$PATH"
   log "lint (ruff) and types (mypy)"
@@ -107,7 +112,7 @@ run_tests() {
   local types=$?
   log "running the full test suite"
   # The slowest steps are listed at the end: where the suite's time goes, in every CI log.
-  "$VENV/bin/python" -m pytest -q --durations=25 --durations-min=20 "$@"
+  "$VENV/bin/python" -m pytest -q --durations=25 --durations-min=20 "${selection[@]}" "$@"
   local rc=$?
   set -e
   if [ "$rc" = 5 ]; then
@@ -125,5 +130,5 @@ case "${1:-}" in
   quickstart) quickstart ;;
   test) shift; run_tests "$@" ;;
   install) install ;;
-  *) sed -n '2,10p' "$0" >&2; exit 2 ;;
+  *) sed -n '2,13p' "$0" >&2; exit 2 ;;
 esac

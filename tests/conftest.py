@@ -61,3 +61,43 @@ def pytest_terminal_summary(terminalreporter) -> None:
         terminalreporter.section("sparkguard figures")
         for line in LINES:
             terminalreporter.write_line(line)
+
+
+# Tiers, in the order the full run takes them: a broken unit test is reported within minutes, before
+# a node boots. A test's tier is its folder (tests/unit, tests/sandbox, tests/vm); the doctests in the
+# package and the roles are unit tests. `-m unit` (./dev.sh test --fast), `-m sandbox`, `-m vm` pick one.
+TIERS = ("unit", "sandbox", "vm")
+
+
+def tier_of(nodeid: str) -> str:
+    """The tier of a test from its node ID (a path relative to the root directory, then ::names)."""
+    parts = nodeid.split("::")[0].split("/")
+    return parts[1] if parts[0] == "tests" and len(parts) > 2 and parts[1] in TIERS else "unit"
+
+
+def pytest_addoption(parser) -> None:
+    parser.addoption("--all-tiers", action="store_true",
+                     help="run the sandbox and VM tiers even when a unit test failed (by default they are not)")
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Mark each test with its tier and run the tiers in order (a stable sort: modules keep their order)."""
+    for item in items:
+        item.add_marker(tier_of(item.nodeid))
+    items.sort(key=lambda item: TIERS.index(tier_of(item.nodeid)))
+
+
+_UNIT_FAILURES: list[str] = []
+
+
+def pytest_runtest_logreport(report) -> None:
+    if report.failed and tier_of(report.nodeid) == "unit":
+        _UNIT_FAILURES.append(report.nodeid)
+
+
+def pytest_runtest_setup(item) -> None:
+    """Fail fast: once the unit tier has failed, the slow tiers would only add an hour to a red run."""
+    if _UNIT_FAILURES and tier_of(item.nodeid) != "unit" and not item.config.getoption("--all-tiers"):
+        item.session.shouldfail = (f"{len(_UNIT_FAILURES)} unit test(s) failed, so the sandbox and VM tiers were "
+                                   f"not run (--all-tiers runs them anyway); first: {_UNIT_FAILURES[0]}")
+        pytest.skip("the unit tier failed")

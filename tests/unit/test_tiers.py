@@ -1,0 +1,68 @@
+"""The suite's tiers: unit first, then sandbox nodes, then VMs, and a red unit tier stops the run there.
+
+Run in a throw-away project whose conftest is the suite's own (tests/conftest.py), so what is held is
+the hook the real suite runs, not a copy: a sandbox test there would write a file if it ran.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from tests.conftest import REPO, tier_of
+
+
+@pytest.mark.parametrize("nodeid,tier", [
+    ("tests/unit/test_x.py::test_y", "unit"),
+    ("tests/sandbox/test_x.py::test_y[a/b]", "sandbox"),
+    ("tests/vm/test_x.py::test_y", "vm"),
+    ("sparkguard/state.py::sparkguard.state.Thing", "unit"),     # doctests
+    ("roles/swap/fstab.py::roles.swap.fstab.enable_swap_lines", "unit"),
+    ("tests/test_loose.py::test_y", "unit"),
+])
+def test_a_tests_tier_is_its_folder(nodeid, tier):
+    assert tier_of(nodeid) == tier
+
+
+@pytest.fixture
+def project(tmp_path):
+    (tmp_path / "tests" / "unit").mkdir(parents=True)
+    (tmp_path / "tests" / "sandbox").mkdir()
+    (tmp_path / "conftest.py").write_text(
+        f"import sys\nsys.path.insert(0, {str(REPO)!r})\nfrom tests.conftest import *  # noqa: F401,F403\n")
+    ran = tmp_path / "sandbox-ran"
+    (tmp_path / "tests" / "sandbox" / "test_node.py").write_text(textwrap.dedent(f"""
+        from pathlib import Path
+        def test_boots_a_node():
+            Path({str(ran)!r}).write_text("ran")
+    """))
+
+    def run(unit_passes: bool, *options: str) -> tuple[subprocess.CompletedProcess, bool]:
+        (tmp_path / "tests" / "unit" / "test_fast.py").write_text(f"def test_fast():\n    assert {unit_passes}\n")
+        ran.unlink(missing_ok=True)
+        # The sandbox module is named first: the tiers still put the unit test before it.
+        result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", *options,
+                                 "tests/sandbox", "tests/unit"], cwd=tmp_path, capture_output=True, text=True)
+        return result, ran.exists()
+    return run
+
+
+def test_a_red_unit_tier_stops_the_run_before_any_node(project):
+    result, ran = project(False)
+    assert result.returncode == 1 and not ran, result.stdout
+    assert "unit test(s) failed, so the sandbox and VM tiers were not run" in result.stdout
+
+
+def test_a_green_unit_tier_goes_on_and_all_tiers_goes_on_anyway(project):
+    result, ran = project(True)
+    assert result.returncode == 0 and ran, result.stdout
+    result, ran = project(False, "--all-tiers")
+    assert result.returncode == 1 and ran, result.stdout
+
+
+def test_markers_pick_one_tier(project):
+    result, ran = project(True, "-m", "unit")
+    assert result.returncode == 0 and not ran and "1 passed, 1 deselected" in result.stdout, result.stdout
