@@ -23,7 +23,7 @@ from sparkguard.layout import (
 )
 from sparkguard.role import RoleContext
 from sparkguard.state import DesiredState, Directory, Ensure, FileEdit, ManagedFile, Service
-from sparkguard.templating import render_template
+from sparkguard.templating import render_template, sandbox
 
 from . import train_launcher
 from .fstab import DISABLE, ENABLE, MARKER
@@ -82,7 +82,8 @@ def desired_state(ctx: RoleContext) -> DesiredState:
         # killed launcher's job ended in one CI run of the qemu tests; kept as it was until that is understood.
         ManagedFile(unit_path(SWAPOFF_SERVICE), render_template("swap/swapoff.service.j2", **names),
                     validate="systemd-analyze verify {path}"),
-        ManagedFile(unit_path(REAPER_SERVICE), render_template("swap/training-reaper.service.j2", **names),
+        ManagedFile(unit_path(REAPER_SERVICE), render_template(
+                        "swap/training-reaper.service.j2", sandbox=sandbox((), ""), **names),
                     validate="systemd-analyze verify {path}"),
         ManagedFile(unit_path(REAPER_TIMER), render_template("swap/training-reaper.timer.j2", **names),
                     validate="systemd-analyze verify {path}"),

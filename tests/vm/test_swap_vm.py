@@ -82,10 +82,10 @@ def test_swap_back_after_the_launcher_is_killed_once_the_job_ends(vm_node, train
     vm_node.ssh("(setsid sparkguard-train --name orphan -- sleep 15 > /dev/null 2>&1 &)")
     # Killed once its job runs (under TCG the launcher can take seconds to get there).
     wait_for(lambda: vm_node.check("systemctl list-units --plain --no-legend --state=active "
-                                   "'sparkguard-job-orphan-*' || true").strip(), 60, "the orphan's job")
+                                   "'sparkguard-job-orphan-*' || true").strip(), 60, "the orphan's job", every=1)
     vm_node.ssh("pkill -9 -f '[s]parkguard-train --name orphan'")
     assert swaps(vm_node) == "", "the job goes on (and swap stays off) after its launcher died"
-    wait_for(lambda: swaps(vm_node) == training_mode, 60, "swap back after the orphaned job's end")
+    wait_for(lambda: swaps(vm_node) == training_mode, 60, "swap back after the orphaned job's end", every=2)
 
 
 def test_swap_back_when_the_launcher_died_before_starting_its_job(vm_node, training_mode):
@@ -93,7 +93,7 @@ def test_swap_back_when_the_launcher_died_before_starting_its_job(vm_node, train
     vm_node.check(f"systemctl start {TARGET}")
     assert swaps(vm_node) == "" and vm_node.check(f"systemctl is-active {REAPER_TIMER}").strip() == "active"
     entered = time.time()
-    wait_for(lambda: swaps(vm_node) == training_mode, REAPER_GRACE_S + 60, "swap back without a job")
+    wait_for(lambda: swaps(vm_node) == training_mode, REAPER_GRACE_S + 60, "swap back without a job", every=2)
     assert time.time() - entered >= REAPER_GRACE_S - 5, "left training mode before the launcher's grace"
     assert vm_node.check(f"systemctl is-active {TARGET} {REAPER_TIMER} || true").split() == ["inactive"] * 2
     assert "no training job holds" in vm_node.check(f"journalctl -u {REAPER_SERVICE} -o cat --no-pager")
