@@ -99,9 +99,27 @@ To call sparkguard by name: export PATH="$VENV/bin:\$PATH"
 TXT
 }
 
+# Run pytest; a run that collected nothing (exit 5) is a failure, not a pass.
+pytest_run() {
+  "$VENV/bin/python" -m pytest -q "$@"
+  local rc=$?
+  if [ "$rc" = 5 ]; then
+    echo "dev.sh: pytest collected no tests; that is a failure, not a pass" >&2
+    rc=1
+  fi
+  return "$rc"
+}
+
 run_tests() {
-  local selection=()
-  if [ "${1:-}" = --fast ]; then shift; selection=(-m unit); fi
+  local fast=0 all_tiers=0
+  local args=()
+  for arg in "$@"; do
+    case "$arg" in
+      --fast) fast=1 ;;
+      --all-tiers) all_tiers=1; args+=("$arg") ;;
+      *) args+=("$arg") ;;
+    esac
+  done
   install
   export PATH="$VENV/bin:$PATH"
   log "lint (ruff) and types (mypy)"
@@ -110,15 +128,33 @@ run_tests() {
   local lint=$?
   "$VENV/bin/mypy"
   local types=$?
-  log "running the full test suite"
-  # The slowest steps are listed at the end: where the suite's time goes, in every CI log.
-  "$VENV/bin/python" -m pytest -q --durations=25 --durations-min=20 "${selection[@]}" "$@"
-  local rc=$?
-  set -e
-  if [ "$rc" = 5 ]; then
-    echo "dev.sh: pytest collected no tests; that is a failure, not a pass" >&2
-    exit 1
+  local rc
+  # The unit tier (tests/unit and the doctests: no node, nothing shared) on every core, first; then the
+  # node tiers one test at a time (memory replays need the machine to themselves). The slowest steps are
+  # listed after each: where the suite's time goes, in every CI log. Arguments other than --fast and
+  # --all-tiers (a file, -k, -m) make it one plain pytest run of what they pick.
+  if [ "$fast" = 1 ] || [ "${#args[@]}" = 0 ] || [ "${args[*]}" = --all-tiers ]; then
+    log "unit tier on $(nproc) cores"
+    local picked=()
+    [ "$fast" = 1 ] && picked=("${args[@]}")
+    pytest_run -n "$(nproc)" -m unit --durations=10 --durations-min=5 "${picked[@]}"
+    rc=$?
+    if [ "$fast" = 0 ]; then
+      if [ "$rc" != 0 ] && [ "$all_tiers" = 0 ]; then
+        echo "dev.sh: the unit tier failed, so the sandbox and VM tiers were not run (--all-tiers runs them anyway)" >&2
+      else
+        log "sandbox and VM tiers"
+        pytest_run -m "not unit" --durations=25 --durations-min=20 "${args[@]}"
+        local nodes=$?
+        [ "$rc" = 0 ] && rc=$nodes
+      fi
+    fi
+  else
+    log "pytest ${args[*]}"
+    pytest_run --durations=25 --durations-min=20 "${args[@]}"
+    rc=$?
   fi
+  set -e
   if [ "$rc" = 0 ] && { [ "$lint" != 0 ] || [ "$types" != 0 ]; }; then
     echo "dev.sh: the tests passed, but ruff (exit $lint) or mypy (exit $types) did not" >&2
     exit 1

@@ -54,12 +54,32 @@ def require_root_and_tools(what: str, missing_tools: list[str]) -> None:
         pytest.skip(reason)
 
 
-def pytest_terminal_summary(terminalreporter) -> None:
-    from tests.reporting import LINES
+def pytest_configure(config) -> None:
+    """The main process makes the directory xdist workers leave their figures in (tests/reporting.py)."""
+    import tempfile
 
-    if LINES:
+    from tests.reporting import FIGURES_DIR
+
+    if not hasattr(config, "workerinput"):
+        os.environ[FIGURES_DIR] = tempfile.mkdtemp(prefix="sparkguard-figures-")
+
+
+def pytest_unconfigure(config) -> None:
+    import shutil
+
+    from tests.reporting import FIGURES_DIR
+
+    if not hasattr(config, "workerinput") and os.environ.get(FIGURES_DIR):
+        shutil.rmtree(os.environ.pop(FIGURES_DIR), ignore_errors=True)
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    from tests.reporting import all_lines
+
+    lines = all_lines()
+    if lines:
         terminalreporter.section("sparkguard figures")
-        for line in LINES:
+        for line in lines:
             terminalreporter.write_line(line)
 
 

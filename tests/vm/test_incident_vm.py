@@ -125,7 +125,7 @@ def test_sparkguard_train_docker_leaves_no_container_however_it_ends(node, endin
              f"{incident.TRAINER_IMAGE} {command}\n"
              "echo $? > /tmp/sg-launcher.rc\nEOF\n(setsid sh /tmp/sg-launch.sh > /tmp/sg-launcher.log 2>&1 &)")
     if ending != "exit":
-        wait_for(lambda: sh(node, f"cat {incident.WORK}/ctr.pid 2>/dev/null || true"), 60, "the trainer")
+        wait_for(lambda: sh(node, f"cat {incident.WORK}/ctr.pid 2>/dev/null || true"), 60, "the trainer", every=1)
         assert sh(node, "swapon --show=NAME --noheadings") == "", "training mode turns swap off"
         pid = trainer_pid(node)
         assert sh(node, f"cat /proc/{pid}/oom_score_adj") == "1000"
@@ -138,10 +138,10 @@ def test_sparkguard_train_docker_leaves_no_container_however_it_ends(node, endin
         elif ending == "sigkill-trainer":
             sh(node, f"kill -KILL {pid}")
     rc = wait_for(lambda: sh(node, "cat /tmp/sg-launcher.rc 2>/dev/null || true"), timeout=120,
-                  what="the launcher's end")
-    wait_for(lambda: containers(node) == "", timeout=60, what="the container's removal")
+                  what="the launcher's end", every=1)
+    wait_for(lambda: containers(node) == "", timeout=60, what="the container's removal", every=1)
     wait_for(lambda: sh(node, f"systemctl is-active {TARGET} || true") == "inactive", timeout=60,
-             what="training mode's end")
+             what="training mode's end", every=1)
     assert sh(node, "swapon --show=NAME --noheadings") == swap_before, "swap is back on afterwards"
     record = json.loads(sh(node, "cat /var/lib/sparkguard/train/last.json"))
     assert record["container_removed"] is True, record
