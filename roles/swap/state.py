@@ -78,8 +78,9 @@ def desired_state(ctx: RoleContext) -> DesiredState:
                     validate="python3 -c \"import json, sys; json.load(open(sys.argv[1]))\" {path}"),
         ManagedFile(LAUNCHER, Path(train_launcher.__file__).read_text(), mode="0755",
                     validate="python3 -c \"import ast, sys; ast.parse(open(sys.argv[1]).read())\" {path}"),
-        # Not confined yet (docs/security.md): with the shared sandbox, swap was not restored after a
-        # killed launcher's job ended in one CI run of the qemu tests; kept as it was until that is understood.
+        # Not confined by the shared sandbox (docs/security.md): with it, swap was not restored after a killed
+        # launcher in one CI run of the qemu tests. A likelier cause, found since: a launcher killed before its
+        # job existed left training mode on for good (the reaper below ends that); retrying the sandbox is open.
         ManagedFile(unit_path(SWAPOFF_SERVICE), render_template("swap/swapoff.service.j2", **names),
                     validate="systemd-analyze verify {path}"),
         ManagedFile(unit_path(REAPER_SERVICE), render_template(
