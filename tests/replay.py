@@ -545,8 +545,9 @@ def run_cell(handle, node: str, plan: ReplayPlan, launch: Launch, timeout_s: flo
                                   f"echo '-- agent --'; journalctl -u sparkguard-gpu-ranking --since '{since}' "
                                   f"--no-pager -o short-precise | tail -n 30")
             if not adj and hog_pid:
-                # A fast start can be killed before the next poll reads /proc: then the adj is the one the
-                # GPU ranking agent wrote (its journal line for this PID), read before anyone was signalled.
+                # A fast start can be killed before the next poll reads /proc: then the adj is the last one
+                # the GPU ranking agent wrote for this PID (its journal line); trainer_killed_first still says
+                # whom the guard signalled first.
                 adj = _adj_written_by_agent(collected, hog_pid)
             record = None
             if launch.record:
