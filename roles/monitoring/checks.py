@@ -12,10 +12,11 @@ from sparkguard.errors import Problem, redact_userinfo, url_has_credentials
 from sparkguard.facts import NodeInfo
 from sparkguard.hostconfig import HostConfig
 
+from . import webhook
 from .addresses import alertmanager_target, check_url, default_address, split_host_port
 from .cadvisor import VALID_METRICS, unknown_metrics
 from .resolve import EARLYOOM_FIELDS, thresholds
-from .settings import MonitoringSettings, WebSettings
+from .settings import AlertmanagerSettings, MonitoringSettings, WebSettings
 
 _SIZE = re.compile(r"^[0-9]+(B|KB|MB|GB|TB|PB|EB)$")
 _IMAGE = re.compile(r"^[a-z0-9.-]+(:[0-9]+)?(/[a-z0-9._-]+)+(:[A-Za-z0-9._-]+|@sha256:[0-9a-f]{64})$")
@@ -113,6 +114,13 @@ def _rule_problem(rule: dict[str, Any]) -> str | None:
 
 def _alerting(settings: MonitoringSettings) -> Iterator[Problem]:
     am = settings.alertmanager
+    given = webhook.sources(am)
+    if len(given) > 1:
+        yield Problem("", given[1][0], given[1][1], "set one of webhook_url, webhook_url_env and webhook_url_file;"
+                      f" {given[0][0]} is set too")
+    if am.webhook_url_file and not am.webhook_url_file.startswith(("/", "~")):
+        yield Problem("", f"{webhook.FIELD}_file", am.webhook_url_file,
+                      "must be an absolute or ~ path on the operator's machine")
     if am.webhook_url:
         try:
             check_url(am.webhook_url)
@@ -134,9 +142,10 @@ def _alerting(settings: MonitoringSettings) -> Iterator[Problem]:
             split_host_port(am.email_smarthost)
         except ValueError as error:
             yield Problem("", "monitoring.alertmanager.email_smarthost", am.email_smarthost, f"{error}; HOST:PORT")
-    if am.mode == "local" and settings.prometheus.enabled and not (am.webhook_url or am.email_to):
+    if am.mode == "local" and settings.prometheus.enabled and not (webhook.configured(am) or am.email_to):
         yield Problem("", "monitoring.alertmanager.mode", am.mode,
-                      "a local Alertmanager needs a receiver: set monitoring.alertmanager.webhook_url or email_to"
+                      "a local Alertmanager needs a receiver: set monitoring.alertmanager.webhook_url_env (or"
+                      " webhook_url_file, webhook_url) or email_to"
                       " (or mode: external with external_urls, or mode: none to keep the rules in Prometheus only)")
     if am.mode == "external" and not am.external_urls:
         yield Problem("", "monitoring.alertmanager.external_urls", am.external_urls,
@@ -201,12 +210,29 @@ def _web(web_settings: WebSettings) -> Iterator[Problem]:
             yield Problem("", prefix + field, value, "must be an absolute or ~ path on the operator's machine")
 
 
+def _webhook_preflight(am: AlertmanagerSettings) -> Iterator[Problem]:
+    """A webhook URL read on the operator's machine is there and well formed (never repeated: a credential)."""
+    if not (am.webhook_url_env or am.webhook_url_file) or am.mode != "local":
+        return
+    field, shown = webhook.sources(am)[0]
+    found = webhook.url(am)
+    if not found:
+        yield Problem("", field, shown, f"no webhook URL in the {webhook.where(am)} on this machine; export it or"
+                      " fix the setting")
+        return
+    try:
+        check_url(found)
+    except ValueError as error:
+        yield Problem("", field, shown, f"the URL in the {webhook.where(am)}: {error} (a credential: not repeated here)")
+
+
 def preflight(config: HostConfig, info: NodeInfo) -> Iterator[Problem]:
     """On apply only: the web-auth secrets and PEM files are there, on the operator's machine, and usable."""
     from sparkguard.secrets import source_words
 
     from .web import web_auth
 
+    yield from _webhook_preflight(config.monitoring.alertmanager)
     web_settings: WebSettings = config.monitoring.web
     auth = web_auth(config.monitoring)
     if auth.user:

@@ -99,8 +99,15 @@ class AlertmanagerSettings(Settings):
         (), "Alertmanager base URLs (http(s)://host:port[/prefix]) for mode external. Credentials in a URL"
         " (user:password@) are refused.")
     webhook_url: str = setting("", "Webhook receiver URL (Slack/Matrix bridge, ntfy, PagerDuty events...). A credential:"
-                               " only alertmanager.yml (0640) holds it; node.json, renders and errors show <secret>.",
+                               " only alertmanager.yml (0640) holds it; node.json, renders and errors show <secret>."
+                               " Better kept out of the inventory: webhook_url_env or webhook_url_file.",
                                secret=True)
+    webhook_url_env: Word | None = setting(
+        None, "Environment variable ON THE OPERATOR'S MACHINE holding the webhook URL (instead of webhook_url): the"
+        " inventory holds no credential, and the Ansible export looks it up on the controller.")
+    webhook_url_file: str | None = setting(
+        None, "File ON THE OPERATOR'S MACHINE holding the webhook URL (absolute or ~ path; instead of webhook_url).",
+        min_length=1, operator_file="secret")
     heartbeat_url: str = setting(
         "", "Dead man's switch: webhook that receives the always-firing Watchdog alert every minute (e.g. a"
         " healthchecks.io ping URL, or a peer's receiver). When the pings stop, the node or its alerting is down."

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import posixpath
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +17,7 @@ from sparkguard.role import RoleContext
 from sparkguard.state import DesiredState, ManagedFile, Service
 from sparkguard.templating import render_template, sandbox
 
-from . import web
+from . import web, webhook
 from .addresses import alertmanager_target, split_host_port
 from .cadvisor import disabled_metrics
 from .grafana import DATASOURCE_UID, dashboard_json
@@ -146,16 +147,35 @@ def site_rules(settings: MonitoringSettings) -> str:
 REVIEW_URL = "https://secret.invalid/<secret>"
 
 
+# Where the webhook URL goes in alertmanager.yml: replaced by the URL as a JSON string (a YAML double-quoted
+# scalar), so the URL's text stands there exactly once, in one known encoding, and the Ansible export can put
+# `lookup(...) | to_json` in its place (sparkguard.ansible_secrets).
+WEBHOOK_SLOT = "sparkguard-webhook-url-slot"
+
+
+def alertmanager_yml(settings: MonitoringSettings, review: bool = False) -> str:
+    """alertmanager.yml; ``review``: each credential URL as REVIEW_URL (what render shows, never applied).
+
+    A webhook URL read on the operator's machine that is not there (render offline, in CI) shows as REVIEW_URL
+    too; apply's preflight refuses to go on without it.
+    """
+    text = _yaml(alertmanager_config(settings, review))
+    if webhook.configured(settings.alertmanager):
+        found = None if review else webhook.url(settings.alertmanager)
+        text = text.replace(WEBHOOK_SLOT, json.dumps(found or REVIEW_URL), 1)
+    return text
+
+
 def alertmanager_config(settings: MonitoringSettings, review: bool = False) -> dict[str, Any]:
-    """alertmanager.yml; ``review``: each credential URL as REVIEW_URL (what render shows, never applied)."""
+    """alertmanager.yml as data, the webhook URL as WEBHOOK_SLOT (alertmanager_yml puts it in)."""
     am = settings.alertmanager
 
     def url(value: str) -> str:
         return REVIEW_URL if review else value
 
     receiver: dict[str, Any] = {"name": "sparkguard"}
-    if am.webhook_url:
-        receiver["webhook_configs"] = [{"url": url(am.webhook_url), "send_resolved": True}]
+    if webhook.configured(am):
+        receiver["webhook_configs"] = [{"url": WEBHOOK_SLOT, "send_resolved": True}]
     if am.email_to:
         receiver["email_configs"] = [{"to": am.email_to, "from": am.email_from, "smarthost": am.email_smarthost,
                                       "send_resolved": True}]
@@ -338,11 +358,11 @@ def _alertmanager(settings: MonitoringSettings, where: Resolved, auth: web.WebAu
             "monitoring/alertmanager.default.j2", listen=where.alertmanager,
             args=" ".join([f"--web.listen-address={where.alertmanager}", "--cluster.listen-address=",
                            *web_args(ALERTMANAGER_UNIT, auth)])), before_packages=True),
-        ManagedFile(ALERTMANAGER_CONFIG, _yaml(alertmanager_config(settings)),
+        ManagedFile(ALERTMANAGER_CONFIG, alertmanager_yml(settings),
                     validate="amtool check-config {path}", group="prometheus", mode="0640",
                     # A webhook URL (Slack, ntfy) is a credential: render shows <secret> in its place.
-                    secret=bool(settings.alertmanager.webhook_url or settings.alertmanager.heartbeat_url),
-                    review=_yaml(alertmanager_config(settings, review=True))),
+                    secret=webhook.configured(settings.alertmanager) or bool(settings.alertmanager.heartbeat_url),
+                    review=alertmanager_yml(settings, review=True)),
     ]
     service = Service(ALERTMANAGER_UNIT, restart_on=(ALERTMANAGER_DEFAULTS, ALERTMANAGER_CONFIG, *web_paths))
     return _Part(packages=["prometheus-alertmanager"], files=files, services=[service])
