@@ -25,7 +25,7 @@ from typing import Any
 import yaml
 
 from . import __version__, registry, safe_write
-from .ansible_play import header, plays
+from .ansible_play import ROLE_TASKS, header, plays, role_tasks
 from .ansible_secrets import StandIns, traced
 from .errors import ConfigError, Problem
 from .inventory import Inventory, InventoryHost
@@ -56,17 +56,25 @@ def staged_check(check: str, path: str, owner: str | None = None, group: str | N
     """
     directory, name = os.path.split(path)
     stage_dir = os.path.join(directory, STAGE_DIR)
-    staged = os.path.join(stage_dir, name)
-    q_dir, q_staged, q_path = (shlex.quote(p) for p in (stage_dir, staged, path))
     if owner is None:
-        ownership = f"chown --reference={q_path} {q_staged} && chmod --reference={q_path} {q_staged}"
+        ownership = ('chown --reference="$sparkguard_live" "$sparkguard_staged" &&\n'
+                     '  chmod --reference="$sparkguard_live" "$sparkguard_staged"')
     else:
-        ownership = f"chown {shlex.quote(f'{owner}:{group}')} {q_staged} && chmod {shlex.quote(mode or '0644')} {q_staged}"
+        ownership = (f'chown {shlex.quote(f"{owner}:{group}")} "$sparkguard_staged" &&\n'
+                     f'  chmod {shlex.quote(mode or "0644")} "$sparkguard_staged"')
+    staged_command = check.replace("{path}", '"$sparkguard_staged"')
+    # One short line per step (the paths are named once, as variables): host_vars stays readable and lint-clean.
     return (
-        f"mkdir -p -m 0700 {q_dir} && cp \"$1\" {q_staged} && {ownership} || {{ rm -rf {q_dir}; exit 1; }}\n"
-        f"{check.replace('{path}', q_staged)} || {{ echo 'sparkguard: validation failed for {path}; "
-        f"the live file was not touched' >&2; rm -rf {q_dir}; exit 1; }}\n"
-        f"rm -rf {q_dir}\n"
+        f"sparkguard_live={shlex.quote(path)}\n"
+        f"sparkguard_dir={shlex.quote(stage_dir)}\n"
+        f"sparkguard_staged={shlex.quote(os.path.join(stage_dir, name))}\n"
+        'mkdir -p -m 0700 "$sparkguard_dir" && cp "$1" "$sparkguard_staged" &&\n'
+        f'  {ownership} ||\n'
+        '  { rm -rf "$sparkguard_dir"; exit 1; }\n'
+        f"{staged_command} ||\n"
+        f"  {{ echo {shlex.quote(f'sparkguard: validation failed for {path}; the live file was not touched')} >&2;\n"
+        '    rm -rf "$sparkguard_dir"; exit 1; }\n'
+        'rm -rf "$sparkguard_dir"\n'
     )
 
 
@@ -128,7 +136,7 @@ def state_data(states: list[DesiredState], stand_ins: StandIns) -> dict[str, Any
         "packages", "files_before_packages", "directories", "files", "edits", "absent_files", "absent_instances",
         "masks", "sysctls", "services", "ensures")}
     for state in states:
-        data["packages"] += [p for p in state.packages if p not in data["packages"]]
+        data["packages"] += [{"role": state.role, "name": p} for p in state.packages]
         data["files_before_packages"] += [_file(state, m, stand_ins) for m in state.files if m.before_packages]
         data["files"] += [_file(state, m, stand_ins) for m in state.files if not m.before_packages]
         data["directories"] += [{"role": state.role, "path": d.path, "mode": d.mode, "owner": d.owner,
@@ -143,8 +151,10 @@ def state_data(states: list[DesiredState], stand_ins: StandIns) -> dict[str, Any
         data["services"] += [_service(state, s) for s in state.services]
         data["ensures"] += [{"role": state.role, "description": e.description, "check": e.check, "fix": e.fix}
                             for e in state.ensures]
-    used = [lookup for text, lookup in stand_ins.lookups.items() if "setting" not in lookup]
-    return {**data, "secrets": used}
+    # Each secret a file needs, under the role whose file it is: `--tags ROLE` checks only what ROLE reads.
+    used = [{"role": f["role"], **part} for f in data["files_before_packages"] + data["files"]
+            for part in f.get("parts", []) if isinstance(part, dict)]
+    return {**data, "secrets": [dict(pair) for pair in dict.fromkeys(tuple(u.items()) for u in used)]}
 
 
 def host_data(entry: InventoryHost) -> tuple[dict[str, Any], list[Problem]]:
@@ -161,7 +171,47 @@ class _Unsafe(dict[str, Any]):
 
 
 class _Dumper(yaml.SafeDumper):  # type: ignore[misc]  # PyYAML ships no stubs: SafeDumper is Any
-    """Readable output: multi-line text as literal blocks where YAML keeps it exact, order as built."""
+    """Readable output: multi-line text as literal blocks where YAML keeps it exact, order as built, and a
+    list indented under its key (as yamllint and ansible-lint expect)."""
+
+    def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:
+        super().increase_indent(flow, False)
+
+    def write_double_quoted(self, text: str, split: bool = True) -> None:
+        """A double-quoted scalar folded to the width wherever needed, mid-word included: an escaped line
+        break joins the lines with nothing between (YAML 1.2, 7.3.1), so a long regex or path folds
+        losslessly (PyYAML folds only at spaces and escapes, and leaves such a line past the linters' 160)."""
+        self.write_indicator('"', True)
+        for index, char in enumerate(text):
+            piece = _escaped(char, self.ESCAPE_REPLACEMENTS)
+            if split and index > 0 and (self.column + len(piece) > self.best_width
+                                        or (char == " " and self.column > self.best_width - 30)):
+                self.stream.write("\\")
+                self.write_indent()
+                self.whitespace = self.indention = False
+                if char == " ":
+                    piece = "\\ "  # leading blanks of a continuation line are dropped unless escaped
+            self.stream.write(piece)
+            self.column += len(piece)
+        self.write_indicator('"', False)
+
+
+def _escaped(char: str, replacements: dict[str, str]) -> str:
+    """``char`` as it stands in a double-quoted YAML scalar: itself when printable, else an escape."""
+    # \u2028, \u2029 and \ufeff are printable but a reader would take them as a line break or a BOM.
+    printable = char == " " or ("\x21" <= char <= "\x7e" and char not in '"\\') or (
+        ("\xa0" <= char <= "\ud7ff" or "\ue000" <= char <= "\ufffd") and char not in "\u2028\u2029\ufeff")
+    if printable:
+        return char
+    if char in replacements:
+        return "\\" + replacements[char]
+    code = ord(char)
+    return f"\\x{code:02X}" if code <= 0xFF else f"\\u{code:04X}" if code <= 0xFFFF else f"\\U{code:08X}"
+
+
+# A line of a literal block longer than this (with its indent) is past the linters' 160: such text is written
+# double-quoted instead, which YAML folds losslessly at spaces.
+LITERAL_MAX = 140
 
 
 def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
@@ -169,6 +219,8 @@ def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
     # \n or a space; only a double-quoted scalar escapes them.
     if any(c in value for c in "\x85\u2028\u2029"):
         style: str | None = '"'
+    elif max(map(len, value.split("\n"))) > LITERAL_MAX:
+        style = '"'
     else:
         style = "|" if "\n" in value else None
     return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
@@ -210,7 +262,7 @@ def host_vars_text(entry: InventoryHost, data: dict[str, Any]) -> str:
         "looks it up from (parts: ... {env: NAME} / {file: PATH}).",
         *(["Chosen without seeing the node (declare the setting to choose yourself):", *choices] if choices else []),
     ])
-    return header + dump({STATE_VAR: _Unsafe(data)})
+    return header + "---\n" + dump({STATE_VAR: _Unsafe(data)})
 
 
 # ---------------------------------------------------------------- inventory.yml, ansible.cfg
@@ -247,7 +299,7 @@ def inventory_text(entries: list[InventoryHost]) -> str:
         document["all"]["children"] = {group: {"hosts": members} for group, members in sorted(groups.items())}
     return _comment([f"Generated by sparkguard {__version__} from the sparkguard inventory: how to reach each host.",
                      "Host keys are checked as the inventory says (ssh_host_key_checking, ssh_known_hosts_file)."]
-                    ) + dump(document)
+                    ) + "---\n" + dump(document)
 
 
 def ansible_cfg(hosts: int) -> str:
@@ -262,8 +314,39 @@ def ansible_cfg(hosts: int) -> str:
 # ---------------------------------------------------------------- writing OUT
 
 
+FILES_DIR = "files"
+# The linters' settings the export is clean under (tests/unit/test_ansible_lint.py runs both on it).
+YAMLLINT = """\
+# Generated by sparkguard: yamllint's settings for this export (yamllint .). files/ holds the nodes' own
+# files, byte for byte as apply writes them (Prometheus' YAML has its own style): not linted as the play.
+---
+extends: default
+ignore: |
+  files/
+rules:
+  line-length: {max: 160}
+  comments: {min-spaces-from-content: 1}
+  comments-indentation: false
+  braces: {max-spaces-inside: 1}
+  octal-values: {forbid-implicit-octal: true, forbid-explicit-octal: true}
+"""
+ANSIBLE_LINT = """\
+# Generated by sparkguard: ansible-lint's settings for this export (ansible-lint).
+---
+profile: production
+exclude_paths:
+  - files/
+"""
+
+
+def role_tasks_text() -> str:
+    return _comment([f"Generated by sparkguard {__version__}: one role's kinds, included by site.yml once per role",
+                     "(sg_role), over that role's items in host_vars."]) + "---\n" + dump(role_tasks())
+
+
 def site_text() -> str:
-    return _comment(header(__version__)) + dump(plays(__version__))
+    requires = {role.name: [r.name for r in registry.with_requirements(role.name)] for role in registry.roles()}
+    return _comment(header(__version__)) + "---\n" + dump(plays(__version__, requires))
 
 
 def _target(root: Path, relative: str) -> Path:
@@ -273,11 +356,28 @@ def _target(root: Path, relative: str) -> Path:
     return target
 
 
+def contents_as_files(host: str, data: dict[str, Any]) -> dict[str, str]:
+    """Move each file's content out of ``data`` into ``files/HOST/PATH`` (returned: relative path -> text).
+
+    The play copies it from there byte for byte (``copy src`` never templates). A reviewer diffs real
+    files, and host_vars keeps only short lines. A file built from secret lookups keeps its parts.
+    """
+    moved = {}
+    for key in ("files_before_packages", "files"):
+        for item in data[key]:
+            if "content" in item:
+                relative = f"{FILES_DIR}/{host}{item['path']}"
+                moved[relative] = item.pop("content")
+                item["src"] = relative
+    return moved
+
+
 def export_inventory(inventory: Inventory, out: Path) -> list[Path]:
-    """Write the playbook, inventory, config and every host's data under ``out``; return the paths (sorted).
+    """Write the playbook, inventory, config, every host's data and files under ``out``; return the paths (sorted).
 
     Nothing is written before every host's data is built: a refused secret leaves OUT as it was. A host
-    data file of a host no longer in the inventory is removed (Ansible would ignore it; a reader would not).
+    data file of a host no longer in the inventory is removed (Ansible would ignore it; a reader would not),
+    and ``files/`` is written afresh.
     """
     entries = sorted(inventory.hosts, key=lambda h: h.name)
     built = {entry.name: host_data(entry) for entry in entries}
@@ -286,14 +386,19 @@ def export_inventory(inventory: Inventory, out: Path) -> list[Path]:
         raise ConfigError(refused)
     data = {name: host for name, (host, _) in built.items()}
     root = safe_write.output_directory(out)
-    texts = {"site.yml": site_text(), "inventory.yml": inventory_text(entries), "ansible.cfg": ansible_cfg(len(entries))}
+    texts = {"site.yml": site_text(), ROLE_TASKS: role_tasks_text(), "inventory.yml": inventory_text(entries),
+             "ansible.cfg": ansible_cfg(len(entries)), ".yamllint": YAMLLINT, ".ansible-lint": ANSIBLE_LINT}
+    for entry in entries:
+        texts |= contents_as_files(entry.name, data[entry.name])
     texts |= {f"host_vars/{e.name}.yml": host_vars_text(e, data[e.name]) for e in entries}
     targets = {relative: _target(root, relative) for relative in texts}  # every refusal before any write
+    for directory in ("host_vars", "tasks", FILES_DIR):
+        safe_write.check_directory(root / directory)  # a link or a file there is refused, never followed
     host_vars = root / "host_vars"
-    safe_write.check_directory(host_vars)  # a link or a file where host_vars/ goes is refused, never followed
     if host_vars.is_dir():
         for stale in sorted(set(host_vars.glob("*.yml")) - set(targets.values())):
             safe_write.remove(stale)
+    safe_write.remove_tree(root / FILES_DIR)
     for relative, target in targets.items():
         safe_write.write(target, texts[relative], root=root)
     return sorted(targets.values())

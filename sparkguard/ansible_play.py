@@ -63,9 +63,12 @@ MATCHING_FILES = (
 CONTENT = (
     "{%- if item.parts is defined -%}{%- for part in item.parts -%}"
     "{%- if part is string -%}{{ part }}"
-    "{%- elif part.env is defined -%}{{ lookup('ansible.builtin.env', part.env) }}"
+    "{%- else -%}"
     # read_secret strips a secret file; the file lookup strips its end by default.
-    "{%- else -%}{{ lookup('ansible.builtin.file', part.file, lstrip=true) }}"
+    "{%- set secret = lookup('ansible.builtin.env', part.env) if part.env is defined"
+    " else lookup('ansible.builtin.file', part.file, lstrip=true) -%}"
+    # A secret the role placed as a JSON string (alertmanager.yml's webhook URL).
+    "{{ (secret | to_json) if part.json | default(false) else secret }}"
     "{%- endif -%}{%- endfor -%}{%- else -%}{{ item.content }}{%- endif -%}"
 )
 
@@ -95,8 +98,13 @@ VARS: dict[str, Any] = {
 }
 
 
-def _loop(key: str, label: str = "{{ item.role }}: {{ item.path }}") -> dict[str, Any]:
-    return {"loop": f"{{{{ {S}.{key} }}}}", "loop_control": {"label": label}}
+def _mine(key: str) -> str:
+    """The items of kind ``key`` of the role this included file converges (``sg_role``)."""
+    return f"{S}.{key} | selectattr('role', 'equalto', sg_role) | list"
+
+
+def _loop(key: str, label: str = "{{ item.path }}") -> dict[str, Any]:
+    return {"loop": f"{{{{ {_mine(key)} }}}}", "loop_control": {"label": label}}
 
 
 def _script(script: str, *args: str) -> dict[str, Any]:
@@ -106,31 +114,42 @@ def _script(script: str, *args: str) -> dict[str, Any]:
 
 def _bootstrap() -> list[dict[str, Any]]:
     return [
-        {"name": "python3 for Ansible's modules, installed only where it is absent",
+        {"name": "Python3 for Ansible's modules, installed only where it is absent",
          "ansible.builtin.raw": f"[ -x {PYTHON} ] || {{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive "
                                 f"apt-get install -y -qq --no-install-recommends python3 >/dev/null && "
                                 f"echo '{INSTALLED_PYTHON}'; }}",
          "register": "sg_python", "changed_when": f"'{INSTALLED_PYTHON}' in sg_python.stdout"},
-        {"name": "every secret a file needs is readable on this controller (apply refuses a missing one too)",
+        {"name": "In a container? (sysctls there are the host kernel's: apply leaves them alone)",
+         "ansible.builtin.command": {"argv": ["systemd-detect-virt", "--container"]},
+         "register": "sg_virt", "changed_when": False, "failed_when": False},
+    ]
+
+
+def _secrets() -> list[dict[str, Any]]:
+    return [
+        {"name": "Every secret a file needs is readable on this controller (apply refuses a missing one too)",
          "ansible.builtin.assert": {
              "that": ["(lookup('ansible.builtin.env', item.env) if item.env is defined else lookup('ansible.builtin.file',"
                       " item.file, errors='ignore', lstrip=true)) | default('', true) | length > 0"],
              "fail_msg": "empty or unreadable on this controller: export the environment variable or create the file",
              "quiet": True},
          **_loop("secrets", "{{ item.env | default(item.file) }}")},
-        {"name": "in a container? (sysctls there are the host kernel's: apply leaves them alone)",
-         "ansible.builtin.command": {"argv": ["systemd-detect-virt", "--container"]},
-         "register": "sg_virt", "changed_when": False, "failed_when": False},
     ]
 
 
 def _files(key: str, title: str, register: str) -> list[dict[str, Any]]:
     """Copies with exact content, validated as apply validates (a staged copy, the live file untouched)."""
     return [
-        {"name": f"{title}: their directories", "ansible.builtin.file": {"path": "{{ item }}", "state": "directory"},
-         "loop": f"{{{{ {S}.{key} | map(attribute='path') | map('dirname') | unique | list }}}}"},
+        # As apply: `mkdir -p` where one is missing (the umask's mode); one that exists keeps its own mode and
+        # owner (a package's 0750 stays so).
+        {"name": f"{title}: their directories, created where missing",
+         "ansible.builtin.command": {"argv": ["mkdir", "-p", "--", "{{ item }}"], "creates": "{{ item }}"},
+         "loop": f"{{{{ {_mine(key)} | map(attribute='path') | map('dirname') | unique | list }}}}"},
         {"name": title,
-         "ansible.builtin.copy": {"content": "{{ sg_content }}", "dest": "{{ item.path }}", "mode": "{{ item.mode }}",
+         # files/HOST/PATH (ansible_export.contents_as_files), copied byte for byte; or its parts, with lookups.
+         "ansible.builtin.copy": {"src": "{{ (playbook_dir ~ '/' ~ item.src) if item.src is defined else omit }}",
+                                  "content": "{{ omit if item.src is defined else sg_content }}",
+                                  "dest": "{{ item.path }}", "mode": "{{ item.mode }}",
                                   "owner": "{{ item.owner }}", "group": "{{ item.group }}",
                                   "validate": VALIDATE_OR_OMIT},
          **_loop(key), "no_log": "{{ item.secret }}", "register": register},
@@ -140,11 +159,12 @@ def _files(key: str, title: str, register: str) -> list[dict[str, Any]]:
 def _packages_and_directories() -> list[dict[str, Any]]:
     optional = "{{{{ item.{0} if item.{0} is not none else omit }}}}"
     return [
-        {"name": "packages",
-         "ansible.builtin.apt": {"name": f"{{{{ {S}.packages }}}}", "state": "present", "update_cache": True,
-                                 "cache_valid_time": 3600, "install_recommends": False},
-         "when": f"{S}.packages | length > 0"},
-        {"name": "directories (no mode, owner or group: left to whoever owns it)",
+        {"name": "Packages",
+         "ansible.builtin.apt": {"name": f"{{{{ {_mine('packages')} | map(attribute='name') | list }}}}",
+                                 "state": "present", "update_cache": True, "cache_valid_time": 3600,
+                                 "install_recommends": False},
+         "when": f"{_mine('packages')} | length > 0"},
+        {"name": "Directories (no mode, owner or group: left to whoever owns it)",
          "ansible.builtin.file": {"path": "{{ item.path }}", "state": "directory",
                                   **{key: optional.format(key) for key in ("mode", "owner", "group")}},
          **_loop("directories")},
@@ -154,14 +174,14 @@ def _packages_and_directories() -> list[dict[str, Any]]:
 def _edits() -> list[dict[str, Any]]:
     """ansible.builtin.replace with the FileEdit's own regexp and replacement (an absent file stays absent)."""
     return [
-        {"name": "edits of node-owned files: is the file there?", "ansible.builtin.stat": {"path": "{{ item.path }}",
+        {"name": "Edits of node-owned files: is the file there?", "ansible.builtin.stat": {"path": "{{ item.path }}",
                                                                                           "get_checksum": False},
          **_loop("edits"), "register": "sg_edit_stat"},
-        {"name": "edits of node-owned files",
+        {"name": "Edits of node-owned files",
          "ansible.builtin.replace": {"path": "{{ item.path }}", "regexp": "{{ item.regexp }}",
                                      "replace": "{{ item.replace }}", "validate": VALIDATE_OR_OMIT},
-         "loop": f"{{{{ {S}.edits }}}}",
-         "loop_control": {"label": "{{ item.role }}: {{ item.path }} ({{ item.description }})", "index_var": "sg_index"},
+         "loop": f"{{{{ {_mine('edits')} }}}}",
+         "loop_control": {"label": "{{ item.path }} ({{ item.description }})", "index_var": "sg_index"},
          "when": "sg_edit_stat.results[sg_index].stat.exists", "register": "sg_edits"},
     ]
 
@@ -187,37 +207,38 @@ def _gone(kind: str) -> str:
 def _absent() -> list[dict[str, Any]]:
     """What the state no longer has: files matching its globs (not its own), instances not kept."""
     return [
-        {"name": "files that must go: found", "ansible.builtin.command": {
+        {"name": "Files that must go: found", "ansible.builtin.command": {
             "argv": "{{ ['/bin/sh', '-c', sg_matching_files, 'sh'] + item.globs }}", "expand_argument_vars": False},
-         **_loop("absent_files", "{{ item.role }}: {{ item.globs | join(' ') }}"), "register": "sg_absent_found",
+         **_loop("absent_files", "{{ item.globs | join(' ') }}"), "register": "sg_absent_found",
          "changed_when": False},
-        {"name": "files that must go: removed", "ansible.builtin.file": {"path": "{{ item.1 }}", "state": "absent"},
-         "loop": "{{ sg_absent_found.results | subelements('stdout_lines') }}", "loop_control": {"label": "{{ item.1 }}"},
-         "when": "item.1 not in item.0.item.keep", "register": "sg_absent_removed"},
-        {"name": "unit instances that must not run: listed",
+        {"name": "Files that must go: removed", "ansible.builtin.file": {"path": "{{ item.1 }}", "state": "absent"},
+         "loop": "{{ sg_absent_found.results | default([]) | subelements('stdout_lines') }}",
+         "loop_control": {"label": "{{ item.1 }}"}, "when": "item.1 not in item.0.item.keep",
+         "register": "sg_absent_removed"},
+        {"name": "Unit instances that must not run: listed",
          "ansible.builtin.command": {"argv": ["systemctl", "list-units", "--all", "--plain", "--no-legend",
                                               "{{ item.pattern }}"]},
          **_loop("absent_instances", "{{ item.pattern }}"), "register": "sg_instances", "changed_when": False},
-        {"name": "unit instances that must not run: stopped and disabled (a unit that does not exist is fine)",
+        {"name": "Unit instances that must not run: stopped and disabled (a unit that does not exist is fine)",
          "ansible.builtin.systemd_service": {"name": "{{ item }}", "state": "stopped", "enabled": False},
          "loop": _gone("units"), "register": "sg_stopped",
          "failed_when": "sg_stopped.failed and 'Could not find the requested service' not in sg_stopped.msg | default('')"},
-        {"name": "unit instances that must not run: their files removed",
+        {"name": "Unit instances that must not run: their files removed",
          "ansible.builtin.file": {"path": "{{ item }}", "state": "absent"}, "loop": _gone("files")},
     ]
 
 
 def _systemd() -> list[dict[str, Any]]:
     return [
-        {"name": "systemd daemon-reload, only when a unit file, a drop-in or fstab changed or a unit file went",
+        {"name": "Systemd daemon-reload, only when a unit file, a drop-in or fstab changed or a unit file went",
          "ansible.builtin.systemd_service": {"daemon_reload": True},
          "when": "(sg_changed | selectattr('daemon_reload') | list | length > 0) or "
                  "(sg_removed_paths | select('match', sg_unit_dirs) | list | length > 0)"},
-        {"name": "masks", "ansible.builtin.systemd_service": {"name": "{{ item.name }}", "masked": "{{ item.masked }}"},
-         **_loop("masks", "{{ item.role }}: {{ item.name }}")},
-        {"name": "sysctls, live (not in a container)", "ansible.builtin.command": _script(
+        {"name": "Masks", "ansible.builtin.systemd_service": {"name": "{{ item.name }}", "masked": "{{ item.masked }}"},
+         **_loop("masks", "{{ item.name }}")},
+        {"name": "Sysctls, live (not in a container)", "ansible.builtin.command": _script(
             SYSCTL_SCRIPT, "{{ item.key }}", "{{ item.value }}"),
-         **_loop("sysctls", "{{ item.role }}: {{ item.key }} = {{ item.value }}"), "when": "not sg_container",
+         **_loop("sysctls", "{{ item.key }} = {{ item.value }}"), "when": "not sg_container",
          "register": "sg_sysctl", "changed_when": f"sg_sysctl.stdout == '{CHANGED}'"},
     ]
 
@@ -225,24 +246,41 @@ def _systemd() -> list[dict[str, Any]]:
 def _services() -> list[dict[str, Any]]:
     """Restart or reload what a changed file calls for (never otherwise), then running/enabled as declared."""
     triggered = [
-        {"name": f"services {state} because a file they read changed",
+        {"name": f"Services {state} because a file they read changed",
          "ansible.builtin.systemd_service": {"name": "{{ item.name }}", "state": state},
-         **_loop("services", "{{ item.role }}: {{ item.name }}"),
+         **_loop("services", "{{ item.name }}"),
          "when": f"(item.running is true) and (item.{on} | intersect(sg_changed_paths) | length > 0)"}
         for state, on in (("restarted", "restart_on"), ("reloaded", "reload_on"))
     ]
     return triggered + [
-        {"name": "services running or stopped, enabled or not",
+        {"name": "Services running or stopped, enabled or not",
          "ansible.builtin.systemd_service": {
              "name": "{{ item.name }}",
              "state": "{{ omit if item.running is none else ('started' if item.running else 'stopped') }}",
              "enabled": "{{ omit if item.enabled is none else item.enabled }}"},
-         **_loop("services", "{{ item.role }}: {{ item.name }}"),
+         **_loop("services", "{{ item.name }}"),
          "when": "item.running is not none or item.enabled is not none"},
-        {"name": "ensure: run the fix only where the check fails", "ansible.builtin.command": _script(
+        {"name": "Ensure: run the fix only where the check fails", "ansible.builtin.command": _script(
             ENSURE_SCRIPT, "{{ item.check }}", "{{ item.fix }}"),
-         **_loop("ensures", "{{ item.role }}: {{ item.description }}"), "register": "sg_ensure",
+         **_loop("ensures", "{{ item.description }}"), "register": "sg_ensure",
          "changed_when": f"(sg_ensure.stdout_lines | last | default('')) == '{CHANGED}'"},
+    ]
+
+
+ROLE_TASKS = "tasks/role.yml"
+
+
+def role_tasks() -> list[dict[str, Any]]:
+    """OUT/tasks/role.yml: one role's kinds in converge's order, over that role's items (``sg_role``)."""
+    return [
+        *_secrets(),
+        *_files("files_before_packages", "Files a package's first start needs", "sg_files_early"),
+        *_packages_and_directories(),
+        *_files("files", "Files", "sg_files"),
+        *_edits(),
+        *_absent(),
+        *_systemd(),
+        *_services(),
     ]
 
 
@@ -251,25 +289,31 @@ def header(version: str) -> list[str]:
         f"Generated by sparkguard {version} (sparkguard render INVENTORY --format ansible --out DIR): the desired",
         "state sparkguard apply converges to, as one Ansible play. Each host's data is host_vars/<host>.yml;",
         "run it from this directory: ansible-playbook site.yml (ansible.cfg names inventory.yml).",
+        "One role at a time, as apply goes, each tagged with its name: --tags swap converges swap and what it",
+        "needs (base); --skip-tags monitoring leaves monitoring as it is.",
         "",
         *NOT_EXPORTED,
     ]
 
 
-def plays(version: str) -> list[dict[str, Any]]:
+def _role(name: str, needed_by: list[str]) -> dict[str, Any]:
+    """Converge role ``name``: tagged with it and with every role that needs it, so --tags ROLE brings them."""
+    tags = [name, *needed_by]
+    return {"name": f"Role {name}",
+            "ansible.builtin.include_tasks": {"file": ROLE_TASKS, "apply": {"tags": tags}},
+            "vars": {"sg_role": name}, "tags": tags}
+
+
+def plays(version: str, requires: dict[str, list[str]]) -> list[dict[str, Any]]:
+    """The play; ``requires``: each role, in apply order, with the roles it needs (itself included)."""
     return [{
-        "name": f"sparkguard {version}: desired state",
+        "name": f"Sparkguard {version}: desired state",
         "hosts": "all",
         "gather_facts": False,
         "vars": VARS,
         "tasks": [
-            *_bootstrap(),
-            *_files("files_before_packages", "files a package's first start needs", "sg_files_early"),
-            *_packages_and_directories(),
-            *_files("files", "files", "sg_files"),
-            *_edits(),
-            *_absent(),
-            *_systemd(),
-            *_services(),
+            *[{**task, "tags": ["always"]} for task in _bootstrap()],
+            *[_role(name, [other for other, needs in requires.items() if name in needs and other != name])
+              for name in requires],
         ],
     }]

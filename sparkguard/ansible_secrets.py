@@ -11,6 +11,7 @@ inventory (nothing on the controller to look it up from) is refused, never writt
 
 from __future__ import annotations
 
+import json
 import re
 import secrets as random_tokens
 from dataclasses import dataclass, field, replace
@@ -67,18 +68,28 @@ class StandIns:
         return [str(lookup.get("setting", lookup)) for i, lookup in enumerate(self.lookups.values())
                 if ("setting" in lookup) == settings and self.ident(i) in text]
 
+    def _forms(self) -> dict[str, dict[str, Any]]:
+        """Each stand-in as it may stand in a file: as it is, or as a JSON string (a role that places a
+        secret as one, e.g. alertmanager.yml's webhook URL, which the lookup rebuilds with ``| to_json``)."""
+        forms: dict[str, dict[str, Any]] = {}
+        for text, lookup in self.lookups.items():
+            forms[json.dumps(text)] = {**lookup, "json": True}
+            forms[text] = dict(lookup)
+        return forms
+
     def parts(self, content: str) -> list[Any] | None:
         """``content`` split at the stand-ins: text and lookups in order; None when there is none."""
-        if not any(text in content for text in self.lookups):
+        forms = self._forms()
+        if not any(text in content for text in forms):
             return None
-        pattern = "|".join(re.escape(text) for text in self.lookups)
+        pattern = "|".join(re.escape(text) for text in forms)  # the JSON form first: it contains the other
         pieces = re.split(f"({pattern})", content)
-        return [dict(self.lookups[p]) if p in self.lookups else p for p in pieces if p]
+        return [dict(forms[p]) if p in forms else p for p in pieces if p]
 
     def swapped_for(self, other: StandIns, text: str) -> str:
-        """``text`` with this family's stand-ins replaced by ``other``'s for the same source."""
-        by_lookup = {repr(lookup): stand_in for stand_in, lookup in other.lookups.items()}
-        for stand_in, lookup in self.lookups.items():
+        """``text`` with this family's stand-ins replaced by ``other``'s for the same source (in either form)."""
+        by_lookup = {repr(lookup): stand_in for stand_in, lookup in other._forms().items()}
+        for stand_in, lookup in self._forms().items():
             text = text.replace(stand_in, by_lookup.get(repr(lookup), stand_in))
         return text
 

@@ -40,14 +40,7 @@ def with_requirements(name: str) -> list[Role]:
     by_name = {role.name: role for role in _roles()}
     if name not in by_name:
         raise ConfigError([Problem("", "role", name, f"no such role; choose one of {', '.join(by_name)}")])
-    wanted = {name}
-    pending = [name]
-    while pending:
-        for needed in by_name[pending.pop()].requires:
-            if needed not in wanted:
-                wanted.add(needed)
-                pending.append(needed)
-    return [role for role in _roles() if role.name in wanted]
+    return registry.with_requirements(name)
 
 
 def role_config(host_name: str, name: str, settings: Mapping[str, Any] | None = None,

@@ -37,3 +37,19 @@ def roles() -> tuple[Role, ...]:
 
 def by_name() -> dict[str, Role]:
     return {role.name: role for role in roles()}
+
+
+def with_requirements(name: str) -> list[Role]:
+    """Role ``name`` and every role it needs (``Role.requires``, followed through), in apply order.
+
+    A KeyError for an unknown name: callers that take a name from an operator say what is allowed.
+    """
+    known = by_name()
+    wanted = {name}
+    pending = [known[name].name]
+    while pending:
+        for needed in known[pending.pop()].requires:
+            if needed not in wanted:
+                wanted.add(needed)
+                pending.append(needed)
+    return [role for role in roles() if role.name in wanted]

@@ -65,7 +65,7 @@ def test_the_export_converges_a_fresh_node_audit_is_green_and_a_second_run_chang
     first, first_s, first_recap = ansible_playbook(out)
     assert first.returncode == 0 and first_recap["failed"] == first_recap["unreachable"] == 0, first.stdout[-6000:]
     assert first_recap["changed"] > 0
-    python_task = first.stdout.split("TASK [python3 for Ansible's modules")[1].split("TASK [")[0]
+    python_task = first.stdout.split("TASK [Python3 for Ansible's modules")[1].split("TASK [")[0]
     assert "changed: [node-1]" in python_task  # it was absent: installed, and said so
 
     audit = run_cli("audit", str(node.inventory_dir), "--json")
