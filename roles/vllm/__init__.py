@@ -16,4 +16,6 @@ ROLE = Role(
     preflight=preflight,
     audit_probe=audit.probe,
     audit_checks=audit.checks,
+    requires=("base",),
+    requires_why="during_training follows sparkguard-training.target, which base installs",
 )
