@@ -15,3 +15,6 @@ REPO_ROOT = PACKAGE_DIR.parent  # the checkout's root (in an installed wheel: si
 TEMPLATES_DIR = PACKAGE_DIR / "templates" if INSTALLED else REPO_ROOT / "templates"
 DEPLOY_DIR = PACKAGE_DIR / "deploy_scripts" if INSTALLED else REPO_ROOT / "deploy"
 ROLES_DIR = PACKAGE_DIR / "roles" if INSTALLED else REPO_ROOT / "roles"
+# The operator's documentation (docs/*.md, docs/roles/*.md) that errors and settings point at: shipped in the
+# wheel too, so `sparkguard docs --show NAME` prints it wherever sparkguard is installed.
+DOCS_DIR = PACKAGE_DIR / "docs" if INSTALLED else REPO_ROOT / "docs"

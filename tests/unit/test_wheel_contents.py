@@ -37,11 +37,12 @@ def wheel_names(wheel_path) -> list[str]:
 
 def test_the_wheel_holds_the_product_packages(wheel_names):
     """Every tracked product file is in the wheel, roles/templates/deploy mapped under sparkguard/."""
-    tracked = subprocess.run(["git", "ls-files", "sparkguard", "roles", "templates", "deploy"], cwd=REPO,
-                             capture_output=True, text=True, check=True).stdout.split()
-    mapped = {"roles": "sparkguard/roles", "templates": "sparkguard/templates", "deploy": "sparkguard/deploy_scripts"}
+    tracked = subprocess.run(["git", "ls-files", "sparkguard", "roles", "templates", "deploy", "docs/*.md",
+                              "docs/roles/*.md"], cwd=REPO, capture_output=True, text=True, check=True).stdout.split()
+    mapped = {"roles": "sparkguard/roles", "templates": "sparkguard/templates", "deploy": "sparkguard/deploy_scripts",
+              "docs": "sparkguard/docs"}
     expected = set()
-    for name in tracked:
+    for name in (n for n in tracked if n != "docs/vm-harness.md"):  # the test VMs' doc stays out, like tests/
         top, _, rest = name.partition("/")
         expected.add(f"{mapped[top]}/{rest}" if top in mapped else name)
     assert sorted(expected - set(wheel_names)) == []
@@ -75,6 +76,9 @@ def test_the_installed_wheel_works_from_anywhere(wheel_path, tmp_path):
         return done
 
     assert "2 host(s) valid" in run("validate", "inventory/prod").stdout
+    # A message names docs/earlyoom-measurements.md: the installed sparkguard prints it, from anywhere.
+    assert run("docs", "--show", "docs/earlyoom-measurements.md").stdout.startswith("# ")
+    assert "roles/swap" in run("docs", "--list").stdout.split()
     run("init", "scaffold", "--host", "gpu-01=192.0.2.31", *INIT_PIN)
     assert "1 host(s) valid: gpu-01" in run("validate", "scaffold/inventory/prod").stdout
     assert "verdict: FITS" in run("plan", "inventory/prod").stdout
