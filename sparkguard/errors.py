@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-# Exit codes: one meaning each, the same in every command (docs/exit-codes.md is the operator's table).
+# Exit codes: one meaning each, the same in every command (README.md, "Exit codes", is the operator's table).
 EXIT_OK = 0
 EXIT_FAILED = 1          # it ran, and something failed on a node (an apply's operation, an audit's check)
 EXIT_CONFIG_ERROR = 2    # the input cannot be used (usage, inventory, settings, an output path): nothing ran
