@@ -209,8 +209,8 @@ def _escaped(char: str, replacements: dict[str, str]) -> str:
     return f"\\x{code:02X}" if code <= 0xFF else f"\\u{code:04X}" if code <= 0xFFFF else f"\\U{code:08X}"
 
 
-# A line of a literal block longer than this (with its indent) is past the linters' 160: such text is written
-# double-quoted instead, which YAML folds losslessly at spaces.
+# A line longer than this (with its indent) would be past the linters' 160 in a literal block or a plain
+# scalar: such text is written double-quoted instead, folded losslessly by _Dumper.write_double_quoted.
 LITERAL_MAX = 140
 
 
