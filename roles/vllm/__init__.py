@@ -16,6 +16,4 @@ ROLE = Role(
     preflight=preflight,
     audit_probe=audit.probe,
     audit_checks=audit.checks,
-    requires=("base",),
-    requires_why="during_training follows sparkguard-training.target, which base installs",
 )
