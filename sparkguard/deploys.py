@@ -36,11 +36,12 @@ def _roles() -> tuple[Role, ...]:
 
 
 def with_requirements(name: str) -> list[Role]:
-    """The role and every role it needs, in the order the site applies them."""
+    """The role and every role it needs or works with (Role.requires, Role.uses), in the order the site
+    applies them."""
     by_name = {role.name: role for role in _roles()}
     if name not in by_name:
         raise ConfigError([Problem("", "role", name, f"no such role; choose one of {', '.join(by_name)}")])
-    return registry.with_requirements(name)
+    return registry.with_requirements(name, uses=True)
 
 
 def role_config(host_name: str, name: str, settings: Mapping[str, Any] | None = None,

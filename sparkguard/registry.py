@@ -39,8 +39,9 @@ def by_name() -> dict[str, Role]:
     return {role.name: role for role in roles()}
 
 
-def with_requirements(name: str) -> list[Role]:
-    """Role ``name`` and every role it needs (``Role.requires``, followed through), in apply order.
+def with_requirements(name: str, uses: bool = False) -> list[Role]:
+    """Role ``name`` and every role it needs (``Role.requires``, followed through), in apply order; ``uses``:
+    and every role it works with (``Role.uses``), as a deploy of the role alone brings them.
 
     A KeyError for an unknown name: callers that take a name from an operator say what is allowed.
     """
@@ -48,7 +49,8 @@ def with_requirements(name: str) -> list[Role]:
     wanted = {name}
     pending = [known[name].name]
     while pending:
-        for needed in known[pending.pop()].requires:
+        role = known[pending.pop()]
+        for needed in (*role.requires, *(role.uses if uses else ())):
             if needed not in wanted:
                 wanted.add(needed)
                 pending.append(needed)

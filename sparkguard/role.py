@@ -86,6 +86,10 @@ class Role:
     # Roles this one builds on (an enabled role whose requirement is disabled is exit 2), and why.
     requires: tuple[str, ...] = ()
     requires_why: str = ""
+    # Roles this one works with where its settings ask for them (its own checks say when: vllm follows base's
+    # training target unless during_training is keep). An inventory may leave them off; a deploy of this role
+    # alone (sparkguard.deploys) brings them along.
+    uses: tuple[str, ...] = ()
 
     def enabled(self, config: HostConfig) -> bool:
         return bool(getattr(getattr(config, self.name), "enabled", True))

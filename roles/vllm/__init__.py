@@ -16,4 +16,7 @@ ROLE = Role(
     preflight=preflight,
     audit_probe=audit.probe,
     audit_checks=audit.checks,
+    # during_training shrink/stop follows sparkguard-training.target, which base installs (checks.py refuses
+    # it with base off); keep needs no base, so base is not a requirement.
+    uses=("base",),
 )

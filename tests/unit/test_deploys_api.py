@@ -11,11 +11,24 @@ from sparkguard.errors import ConfigError
 def test_a_role_is_applied_with_the_roles_it_needs_and_nothing_else():
     assert [r.name for r in deploys.with_requirements("earlyoom")] == ["earlyoom"]
     assert [r.name for r in deploys.with_requirements("swap")] == ["base", "swap"]
+    assert [r.name for r in deploys.with_requirements("vllm")] == ["base", "vllm"]  # Role.uses, not requires
     config = deploys.role_config("gpu-01", "swap", {"mode": "training-off"}, {"memory_total_gib": 121.7})
     enabled = {name for name in ("base", "earlyoom", "swap", "recovery", "monitoring", "budget", "vllm")
                if getattr(config, name).enabled}
     assert enabled == {"base", "swap"}
     assert config.swap.mode == "training-off" and config.node.memory_total_gib == 121.7
+
+
+@pytest.mark.parametrize("name", ["base", "earlyoom", "swap", "recovery", "monitoring", "budget", "vllm"])
+def test_each_role_alone_validates_with_what_it_declares_it_needs(name):
+    """A team's deploy of one role (sparkguard.deploys.ROLE) must not fail on a role it did not bring: vllm
+    follows base's target (during_training: shrink, the default) and once raised 'base.enabled = False'."""
+    settings = {"monitoring": {"enabled": True, "alertmanager": {"mode": "none"}},
+                "vllm": {"image": "vllm/vllm-openai:v0.11.0", "cuda_total_gib": 100, "models": {"small": {
+                    "model": "org/small", "shape": "Llama-3.1-8B", "max_model_len": 4096, "max_num_seqs": 4,
+                    "port": 8000}}}}.get(name, {})
+    config = deploys.role_config("gpu-01", name, settings, {"memory_total_gib": 121.7, "device_profile": "dgx-spark"})
+    assert getattr(config, name).enabled
 
 
 @pytest.mark.parametrize(("settings", "field", "words"), [
