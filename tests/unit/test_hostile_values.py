@@ -93,8 +93,11 @@ def test_the_schema_walk_finds_the_settings_that_reach_the_node():
 
 def _inventory(tmp_path: Path, path: str, value) -> Path:
     doc = copy.deepcopy(EXAMPLE)
-    if path.startswith("monitoring.alertmanager.webhook_url"):  # one source of the URL at a time, in the inventory
-        doc["all"]["vars"]["monitoring"]["alertmanager"] = {"webhook_url": "https://alerts.example.org/hooks/fleet"}
+    if path.startswith("monitoring.alertmanager.webhook_url"):
+        # The host's own webhook source is the only one (two are refused before the value is looked at); the
+        # fleet's receiver is email, so the other host still has one.
+        doc["all"]["vars"]["monitoring"]["alertmanager"] = {
+            "email_to": "ops@example.org", "email_from": "spark@example.org", "email_smarthost": "smtp.example.org:25"}
     host = doc["all"]["children"]["spark"]["hosts"]["spark-01"]
     parts = path.split(".")
     if parts[:2] == ["vllm", "models"]:
