@@ -82,7 +82,7 @@ class StandIns:
         forms = self._forms()
         if not any(text in content for text in forms):
             return None
-        pattern = "|".join(re.escape(text) for text in forms)  # the JSON form first: it contains the other
+        pattern = "|".join(re.escape(text) for text in forms)  # the forms never overlap: JSON escapes the quotes
         pieces = re.split(f"({pattern})", content)
         return [dict(forms[p]) if p in forms else p for p in pieces if p]
 
