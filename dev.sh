@@ -3,7 +3,8 @@
 #
 #   ./dev.sh quickstart   install everything, boot a local sandbox node, apply the site, audit it (the report)
 #   ./dev.sh test         install everything, run the full test suite (what .ci/run runs): unit tier first,
-#                         then sandbox nodes, then qemu VMs; a failed unit test stops it there (--all-tiers: go on)
+#                         then sandbox nodes beside qemu VMs, then the memory replays alone; a failed unit
+#                         test stops it there (--all-tiers: go on)
 #   ./dev.sh test --fast  ruff, mypy and the unit tier only (tests/unit and the doctests): no node boots
 #   ./dev.sh test -m sandbox / -m vm / -k ROLE   one tier, or the tests whose names mention a role
 #   ./dev.sh install      only install (apt packages, .venv, promtool)
@@ -110,6 +111,34 @@ pytest_run() {
   return "$rc"
 }
 
+# The node tiers in two phases. First the VM tier and the sandbox tier side by side, each one test at a
+# time, the replays left out: a VM and the sandbox nodes share only the host's CPUs, and none of these tests
+# sizes anything from the host's memory. Then the replays (pyproject's "replay" marker) alone: their lines
+# come from the host's MemAvailable, which a VM booting or stopping beside them would move.
+node_tiers() {
+  local vm_log; vm_log=$(mktemp /tmp/sparkguard-vm-tier.XXXXXX.log)
+  log "VM tier, replays left out, beside the sandbox tier (its log: $vm_log, shown here when both end)"
+  pytest_run -p no:cacheprovider -m "vm and not replay" --durations=15 --durations-min=20 "$@" >"$vm_log" 2>&1 &
+  local vm_pid=$!
+  # A background job ignores Ctrl-C: stop it with the run (qemu dies with its pytest).
+  trap 'kill -TERM "$vm_pid" 2>/dev/null' INT TERM
+  log "sandbox tier, replays left out"
+  pytest_run -m "sandbox and not replay" --durations=15 --durations-min=20 "$@"
+  local sandbox=$?
+  wait "$vm_pid"
+  local vm=$?
+  trap - INT TERM
+  log "VM tier (it ran beside the sandbox tier):"
+  cat "$vm_log"
+  rm -f "$vm_log"
+  log "memory replays, sandbox and VM, alone on the machine"
+  pytest_run -m replay --durations=15 --durations-min=20 "$@"
+  local replays=$?
+  for phase in "sandbox:$sandbox" "VM:$vm" "replays:$replays"; do
+    [ "${phase#*:}" = 0 ] || { echo "dev.sh: the ${phase%%:*} phase failed (exit ${phase#*:})" >&2; return 1; }
+  done
+}
+
 run_tests() {
   local fast=0 all_tiers=0
   local args=()
@@ -130,7 +159,7 @@ run_tests() {
   local types=$?
   local rc
   # The unit tier (tests/unit and the doctests: no node, nothing shared) on every core, first; then the
-  # node tiers one test at a time (memory replays need the machine to themselves). The slowest steps are
+  # node tiers (node_tiers: memory replays need the machine to themselves). The slowest steps are
   # listed after each: where the suite's time goes, in every CI log. Arguments other than --fast and
   # --all-tiers (a file, -k, -m) make it one plain pytest run of what they pick.
   if [ "$fast" = 1 ] || [ "${#args[@]}" = 0 ] || [ "${args[*]}" = --all-tiers ]; then
@@ -143,8 +172,7 @@ run_tests() {
       if [ "$rc" != 0 ] && [ "$all_tiers" = 0 ]; then
         echo "dev.sh: the unit tier failed, so the sandbox and VM tiers were not run (--all-tiers runs them anyway)" >&2
       else
-        log "sandbox and VM tiers"
-        pytest_run -m "not unit" --durations=25 --durations-min=20 "${args[@]}"
+        node_tiers "${args[@]}"
         local nodes=$?
         [ "$rc" = 0 ] && rc=$nodes
       fi
@@ -166,5 +194,5 @@ case "${1:-}" in
   quickstart) quickstart ;;
   test) shift; run_tests "$@" ;;
   install) install ;;
-  *) sed -n '2,13p' "$0" >&2; exit 2 ;;
+  *) sed -n '2,14p' "$0" >&2; exit 2 ;;
 esac

@@ -32,6 +32,8 @@ from tests.replay import (
 )
 from tests.reporting import report
 
+# Memory lines from the host's MemAvailable: the full run takes this module alone (pyproject's "replay").
+pytestmark = pytest.mark.replay
 NODE = "node-1"
 ACCEPT = "    earlyoom: {newer_version: accept-anon-relative}\n"
 GUARDS = "for u in earlyoom nohang nohang-desktop; do echo $u $(systemctl is-active $u) $(systemctl is-enabled $u); done"

@@ -17,6 +17,8 @@ from sparkguard.inventory import load_inventory
 from sparkguard.runner import run_deploy
 from tests.replay import LAUNCHES, SHAPES, ReplayPlan, assert_incident_outcome, print_matrix, remove_tools, run_cell
 
+# Memory lines from the host's MemAvailable: the full run takes this module alone (pyproject's "replay").
+pytestmark = pytest.mark.replay
 NODE = "node-1"
 MATRIX: list = []
 

@@ -230,6 +230,7 @@ def test_broken_rule_fails_validation_and_live_config_stays(mon, inventory, tmp_
     assert again.ok and all("node.json" in name for h in again.hosts for name in h.changed_names), json.dumps(again.as_dict(), indent=1, default=str)
 
 
+@pytest.mark.replay
 def test_memory_alert_fires_and_earlyoom_kill_reaches_prometheus(mon, tmp_path):
     """Lab lines near the host's current MemAvailable: a held hog crosses the warning line (alert fires,
     the webhook gets it), then the replay hog crosses earlyoom's line and the kill is counted.

@@ -203,6 +203,7 @@ PREFLIGHT = ("avail=$(awk '/^MemAvailable:/ {print $2}' /proc/meminfo); "
              "sparkguard-train --peak-gib $peak --name preflight -- true")
 
 
+@pytest.mark.replay  # asks for MemAvailable + 0.75 GiB: memory freed or taken meanwhile by another test changes the answer
 def test_preflight_counts_what_entering_training_mode_frees(node, tmp_path):
     """The planner's budget says alpha shrinks from 2 to 0.5 GiB of KV: the launcher's preflight counts it."""
     inventory = node.inventory_with(tmp_path / "preflight",

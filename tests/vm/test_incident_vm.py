@@ -30,7 +30,7 @@ from tests.vm.conftest import booted
 from tests.waiting import wait_for
 
 # ~10 min under TCG (image with docker baked in, cached; one boot, one apply, shared by every test here).
-pytestmark = [pytest.mark.vm, pytest.mark.incident_vm]
+pytestmark = [pytest.mark.vm, pytest.mark.incident_vm, pytest.mark.replay]
 KEEP = {"base", "earlyoom", "swap", "monitoring", "recovery"}
 TARGET = "sparkguard-training.target"
 
