@@ -3,7 +3,7 @@
 No Grafana exists in Debian (and none runs here), so this draws the dashboard's
 main panel from the same data the promtool incident replay uses
 (tests/promtool/scenarios.py) and the same lines the alert rules use
-(sparkguard/alerts.py defaults): MemAvailable against earlyoom's lines, the
+(roles/monitoring/alerts.py defaults): MemAvailable against earlyoom's lines, the
 30-minute predict_linear forecast, swap, and what the container dashboard showed.
 
     .venv/bin/pip install matplotlib   # a docs tool, not a sparkguard dependency
@@ -21,7 +21,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from sparkguard.alerts import AlertThresholds  # noqa: E402
+from roles.monitoring.alerts import AlertThresholds  # noqa: E402
 from tests.promtool.scenarios import (  # noqa: E402
     GB,
     INCIDENT_AVAILABLE,

@@ -7,13 +7,13 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from sparkguard.alerts import AlertThresholds, duration_seconds
 from sparkguard.errors import Problem, redact_userinfo, url_has_credentials
 from sparkguard.facts import NodeInfo
 from sparkguard.hostconfig import HostConfig
 
 from . import webhook
 from .addresses import alertmanager_target, check_url, default_address, split_host_port
+from .alerts import AlertThresholds, duration_seconds
 from .cadvisor import VALID_METRICS, unknown_metrics
 from .resolve import EARLYOOM_FIELDS, thresholds
 from .settings import AlertmanagerSettings, MonitoringSettings, WebSettings

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sparkguard.alerts import AlertThresholds
+from .alerts import AlertThresholds
 
 DATASOURCE_UID = "sparkguard-prometheus"
 DASHBOARD_UID = "sparkguard-node-memory-truth"

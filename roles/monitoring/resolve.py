@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sparkguard.alerts import AlertThresholds
 from sparkguard.hostconfig import HostConfig
 
 from .addresses import default_address
+from .alerts import AlertThresholds
 from .settings import MonitoringSettings
 
 NODE_EXPORTER_PORT = 9100

@@ -61,7 +61,7 @@ class PrometheusSettings(Settings):
 
 
 class AlertSettings(Settings):
-    """The alert rules (sparkguard/alerts.py, docs/alerts.md): earlyoom's lines plus these overrides."""
+    """The alert rules (alerts.py, docs/alerts.md): earlyoom's lines plus these overrides."""
 
     overrides: dict[str, Any] = setting(
         lambda: {}, "AlertThresholds fields to override (docs/alerts.md), e.g. {warn_percent: 20, forecast_for: 5m}."

@@ -11,7 +11,6 @@ from typing import Any
 import yaml
 
 from sparkguard import layout
-from sparkguard.alerts import render_alert_rules
 from sparkguard.layout import CONFIG_DIR, LIB_DIR, TEXTFILE_DIR, dropin_path, unit_path
 from sparkguard.role import RoleContext
 from sparkguard.state import DesiredState, ManagedFile, Service
@@ -19,6 +18,7 @@ from sparkguard.templating import render_template, sandbox
 
 from . import web, webhook
 from .addresses import alertmanager_target, split_host_port
+from .alerts import render_alert_rules
 from .cadvisor import disabled_metrics
 from .grafana import DATASOURCE_UID, dashboard_json
 from .resolve import Resolved, resolve, thresholds

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sparkguard.alerts import AlertThresholds, duration_seconds, render_alert_rules
+from roles.monitoring.alerts import AlertThresholds, duration_seconds, render_alert_rules
 from tests.conftest import in_ci
 from tests.promtool.scenarios import (
     ALERTS,
@@ -173,7 +173,7 @@ def test_thresholds_are_frozen_and_documented():
     t = AlertThresholds()
     with pytest.raises(dataclasses.FrozenInstanceError):
         t.term_percent = 9  # type: ignore[misc]
-    source = Path(__file__).resolve().parents[2].joinpath("sparkguard", "alerts.py").read_text()
+    source = Path(__file__).resolve().parents[2].joinpath("roles", "monitoring", "alerts.py").read_text()
     for field in dataclasses.fields(AlertThresholds):
         # every field is followed by its docstring line in the class body
         assert f"    {field.name}:" in source

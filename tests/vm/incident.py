@@ -276,7 +276,7 @@ def seed_creep(vm) -> str:
     for (margin + 2) points of MemTotal, then fast again. With the shipped lines (8 %, critical 10 %) the band
     from 10 % to 8 % takes ~3.5 minutes on the VM, longer than NodeMemoryAvailableCritical's `for: 2m`: the
     page comes before the guard acts, as it would in the seed's 20-minute slide at the VM's scale."""
-    from sparkguard.alerts import AlertThresholds
+    from roles.monitoring.alerts import AlertThresholds
 
     t = AlertThresholds()
     total_mib = int(vm.check("awk '/^MemTotal:/ {print $2}' /proc/meminfo")) // 1024

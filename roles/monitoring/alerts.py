@@ -24,8 +24,8 @@ import dataclasses
 import re
 from dataclasses import dataclass
 
-from .layout import TEXTFILE_DIR
-from .templating import render_template
+from sparkguard.layout import TEXTFILE_DIR
+from sparkguard.templating import render_template
 
 TEMPLATE = "monitoring/alert-rules.yml.j2"
 
