@@ -103,15 +103,6 @@ def probe_states(entry: InventoryHost) -> list[DesiredState]:
 def build_probe(entry: InventoryHost, states: list[DesiredState]) -> str:
     """The one script run on the node. Read-only: it only reads files, /proc, /sys and systemd."""
     lines = state_lines(states)
-    lines.append(r"""
-lpid=$(systemctl show -p MainPID --value ssh.service 2>/dev/null)
-if [ -z "$lpid" ] || [ "$lpid" = 0 ]; then lpid=$(pgrep -o -x sshd 2>/dev/null); fi
-r ssh_listener_pid "$lpid"
-r ssh_listener_adj "$(cat /proc/$lpid/oom_score_adj 2>/dev/null)"
-r ssh_unit_adj "$(systemctl show -p OOMScoreAdjust --value ssh.service 2>/dev/null)"
-r session_adj "$(cat /proc/$$/oom_score_adj)"
-r can_lower "$(sh -c 'echo -1 > /proc/self/oom_score_adj' 2>/dev/null && echo 1 || echo 0)"
-""")
     roles = {s.role for s in states}
     for role in registry.roles():
         if role.audit_probe is not None and role.name in roles:
@@ -194,28 +185,6 @@ def _state_checks(state: DesiredState, probe: ProbeOutput) -> list[Check]:
     return audit.checks
 
 
-def _sshd_checks(rt: dict[str, str]) -> list[Check]:
-    """The listener is spared, sessions (and the jobs started in them) are not."""
-    audit = HostAudit("sshd")
-    add = audit.add
-    listener = rt.get("ssh_listener_adj", "")
-    can_lower = rt.get("can_lower") == "1"
-    if not rt.get("ssh_listener_pid"):
-        add("sshd: listener oom_score_adj", False, "-1000 (OpenSSH sets it)", "no sshd listener found")
-    elif listener == "-1000":
-        add("sshd: listener oom_score_adj", True, "-1000 (OpenSSH sets it)", "-1000")
-    else:
-        add("sshd: listener oom_score_adj", not can_lower, "-1000 (OpenSSH sets it)",
-            f"{listener}: not lowered because the kernel refused (no CAP_SYS_RESOURCE on this node)"
-            if not can_lower else f"{listener}, although this node can lower it")
-    session = rt.get("session_adj", "")
-    add("sshd: fresh session oom_score_adj", session not in ("-1000", ""), "> -1000 (killable)", session or "?")
-    unit_adj = rt.get("ssh_unit_adj", "")
-    add("sshd: ssh.service OOMScoreAdjust", unit_adj != "-1000", "not -1000 (every session would inherit it)",
-        unit_adj or "unset")
-    return audit.checks
-
-
 def evaluate(entry: InventoryHost, states: list[DesiredState], probe: ProbeOutput) -> list[Check]:
     """Every check of one host, from its desired states and what the probe saw."""
     audit = HostAudit(entry.name)
@@ -231,7 +200,6 @@ def evaluate(entry: InventoryHost, states: list[DesiredState], probe: ProbeOutpu
 
     for state in states:
         audit.checks += _state_checks(state, probe)
-    audit.checks += _sshd_checks(rt)
 
     # What each role knows about itself (Role.audit_checks), judged against the variant the node is.
     for role in registry.roles():

@@ -1,5 +1,6 @@
 """How `sparkguard audit` judges role recovery: the watchdog is armed on a device, the journal survives a
-reboot, sshd's memory is protected, and this boot has a verdict on how the previous one ended."""
+reboot, sshd's memory is protected, sshd is out of the OOM trap (its listener spared, its sessions killable),
+and this boot has a verdict on how the previous one ended."""
 
 from __future__ import annotations
 
@@ -9,6 +10,16 @@ from sparkguard.hostconfig import HostConfig
 from .state import BOOT_VERDICT
 
 SSH_CGROUP = "/sys/fs/cgroup/system.slice/ssh.service"
+# The OOM trap around sshd: its listener spared (-1000), the sessions it starts (and every job run from
+# them) killable, and no OOMScoreAdjust=-1000 on ssh.service that each session would inherit.
+SSHD_PROBE = r"""lpid=$(systemctl show -p MainPID --value ssh.service 2>/dev/null)
+if [ -z "$lpid" ] || [ "$lpid" = 0 ]; then lpid=$(pgrep -o -x sshd 2>/dev/null); fi
+r ssh_listener_pid "$lpid"
+r ssh_listener_adj "$(cat /proc/$lpid/oom_score_adj 2>/dev/null)"
+r ssh_unit_adj "$(systemctl show -p OOMScoreAdjust --value ssh.service 2>/dev/null)"
+r session_adj "$(cat /proc/$$/oom_score_adj)"
+r can_lower "$(sh -c 'echo -1 > /proc/self/oom_score_adj' 2>/dev/null && echo 1 || echo 0)"
+"""
 
 
 def probe(config: HostConfig) -> list[str]:
@@ -23,6 +34,7 @@ def probe(config: HostConfig) -> list[str]:
         "r journal_runtime \"$(ls /run/log/journal/*/system.journal 2>/dev/null | head -n1)\"",
         f"r ssh_memory \"$(cat {SSH_CGROUP}/memory.min {SSH_CGROUP}/memory.low 2>/dev/null)\"",
         f"r boot_verdict \"$(cat {q(BOOT_VERDICT)} 2>/dev/null)\"",
+        SSHD_PROBE,
     ]
 
 
@@ -51,6 +63,31 @@ def _memory(view: AuditView) -> Check:
                  f"memory.min/low {seen or 'unreadable'}")
 
 
+def _sshd(rt: dict[str, str]) -> list[Check]:
+    """The listener is spared, sessions (and the jobs started in them) are not."""
+    found: list[Check] = []
+
+    def add(name: str, ok: bool, expected: str, actual: str) -> None:
+        found.append(Check(name, ok, expected, actual))
+
+    listener = rt.get("ssh_listener_adj", "")
+    can_lower = rt.get("can_lower") == "1"
+    if not rt.get("ssh_listener_pid"):
+        add("sshd: listener oom_score_adj", False, "-1000 (OpenSSH sets it)", "no sshd listener found")
+    elif listener == "-1000":
+        add("sshd: listener oom_score_adj", True, "-1000 (OpenSSH sets it)", "-1000")
+    else:
+        add("sshd: listener oom_score_adj", not can_lower, "-1000 (OpenSSH sets it)",
+            f"{listener}: not lowered because the kernel refused (no CAP_SYS_RESOURCE on this node)"
+            if not can_lower else f"{listener}, although this node can lower it")
+    session = rt.get("session_adj", "")
+    add("sshd: fresh session oom_score_adj", session not in ("-1000", ""), "> -1000 (killable)", session or "?")
+    unit_adj = rt.get("ssh_unit_adj", "")
+    add("sshd: ssh.service OOMScoreAdjust", unit_adj != "-1000", "not -1000 (every session would inherit it)",
+        unit_adj or "unset")
+    return found
+
+
 VERDICTS = {"0": "previous boot ended cleanly",
             "1": "previous boot ended UNCLEANLY (journalctl -t sparkguard-boot-report -b)"}
 
@@ -70,4 +107,4 @@ def checks(view: AuditView) -> list[Check]:
         verdict = rt.get("boot_verdict", "")
         found.append(Check("recovery: boot report", verdict in VERDICTS, "verdict for this boot",
                            VERDICTS.get(verdict, "no verdict (unit never ran this boot)")))
-    return found
+    return found + _sshd(rt)
