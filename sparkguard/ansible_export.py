@@ -34,9 +34,6 @@ from .render import path_inside
 from .state import DesiredState, FileEdit, ManagedFile, Service
 
 STATE_VAR = "sparkguard_state"
-# Edits after which systemd must re-read its units, as converge decides: fstab is the input of
-# systemd-fstab-generator (its .mount and .swap units).
-GENERATOR_INPUTS = ("/etc/fstab",)
 INTERPRETER = "/usr/bin/python3"  # where the site's first task installs python3 when a node lacks it
 
 
@@ -97,7 +94,7 @@ def _file(state: DesiredState, managed: ManagedFile, stand_ins: StandIns) -> dic
 
 def _edit(state: DesiredState, edit: FileEdit) -> dict[str, Any]:
     return {"role": state.role, "path": edit.path, "description": edit.description, "regexp": edit.regexp,
-            "replace": edit.replace, "daemon_reload": edit.path in GENERATOR_INPUTS,
+            "replace": edit.replace, "daemon_reload": edit.generator_input,
             **_validate(edit.validate, path=edit.path)}
 
 

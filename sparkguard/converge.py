@@ -220,7 +220,7 @@ def converge(state: DesiredState) -> None:
     edit_ops = _apply_edits(state, snap)
     removed = _converge_absent(state, snap)
     reload_triggers = [op for path, op in file_ops.items() if state.file(path).is_systemd_unit]
-    reload_triggers += [op.did_change for edit, op in edit_ops if edit.path == "/etc/fstab"]
+    reload_triggers += [op.did_change for edit, op in edit_ops if edit.generator_input]
     reload_triggers += [op.did_change for path, op in removed.items() if is_systemd_unit_path(path)]
     if reload_triggers or DAEMON_RELOAD in pending:
         service_action(name=f"{state.role}: systemd daemon-reload", service="", action="daemon-reload",
@@ -285,7 +285,7 @@ def _apply_edits(state: DesiredState, snap: ProbeOutput | None) -> list[tuple[Fi
             owner=mode_owner.get("owner", "root"),
             group=mode_owner.get("group", "root"),
             validate=edit.validate,
-            pending=(DAEMON_RELOAD,) if edit.path == "/etc/fstab" else (),
+            pending=(DAEMON_RELOAD,) if edit.generator_input else (),
             current=known,
         )))
     return applied

@@ -83,6 +83,9 @@ class FileEdit:
     replace: str
     description: str
     validate: str | None = None
+    # A systemd generator reads this file (fstab: systemd-fstab-generator makes its .mount and .swap units),
+    # so systemd must re-read its units after the edit, or it goes on acting on the old lines.
+    generator_input: bool = False
 
     def transform(self, text: str) -> str:
         return replace_all(self.regexp, self.replace, text)

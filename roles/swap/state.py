@@ -95,12 +95,12 @@ def desired_state(ctx: RoleContext) -> DesiredState:
     )
     if off:
         edit = FileEdit("/etc/fstab", *DISABLE, f"comment out swap lines with '{MARKER.strip()}'",
-                        validate="findmnt --verify --tab-file {path}")
+                        validate="findmnt --verify --tab-file {path}", generator_input=True)
         now = Ensure("no swap active now", check=f"{TOGGLE} none-active",
                      fix=f"{TOGGLE} off --reserve-percent {int(reserve)}")
     else:
         edit = FileEdit("/etc/fstab", *ENABLE, f"restore swap lines marked '{MARKER.strip()}'",
-                        validate="findmnt --verify --tab-file {path}")
+                        validate="findmnt --verify --tab-file {path}", generator_input=True)
         now = Ensure("fstab swap active now (unless in training mode)",
                      check=f"{TOGGLE} fstab-active --training-target {TRAINING_TARGET}", fix=f"{TOGGLE} on")
     return DesiredState(

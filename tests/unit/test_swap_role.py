@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from roles.swap.fstab import MARKER, disable_swap_lines, enable_swap_lines
+from sparkguard.ansible_export import _edit
 from sparkguard.inventory import load_inventory
 from sparkguard.render import host_states
 
@@ -52,3 +53,6 @@ def test_modes_differ_in_masks_and_fstab_edit(inventory_dir):
     assert off.edits[0].transform(FSTAB) == disable_swap_lines(FSTAB)
     assert on.edits[0].transform(disable_swap_lines(FSTAB)) == FSTAB
     assert "none-active" in off.ensures[0].check and "fstab-active" in on.ensures[0].check
+    # fstab is systemd-fstab-generator's input: after either edit, apply and the Ansible export re-read units.
+    assert off.edits[0].generator_input and on.edits[0].generator_input
+    assert all(_edit(s, s.edits[0])["daemon_reload"] for s in (off, on))
