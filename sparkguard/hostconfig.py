@@ -7,7 +7,7 @@ validation, and to the generated docs, with no second list to keep in sync.
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from pydantic import create_model
 
@@ -16,6 +16,8 @@ from .settings import HostName, Settings, Word, required, setting
 
 if TYPE_CHECKING:
     from .role import Role
+
+S = TypeVar("S", bound=Settings)
 
 DeviceProfile = Literal["auto", "dgx-spark", "gh200", "jetson", "amd-apu", "discrete", "cpu-only"]
 
@@ -92,3 +94,18 @@ if TYPE_CHECKING:
 else:
     # For type annotations only: the real class is built from the registry.
     HostConfig = ConnectionSettings
+
+
+def settings_of(config: HostConfig, kind: type[S]) -> S:
+    """Another role's settings block, typed: the block whose class is ``kind`` (its defaults where that role
+    is off). A role reads another only this way, and only a role it declares (``Role.reads``, ``requires``
+    or ``uses``; tests/unit/test_architecture.py holds every role to it), so each edge between roles is
+    named in one place and checked by mypy.
+    """
+    for role in registry.roles():
+        if role.settings is kind:
+            block = getattr(config, role.name)
+            if not isinstance(block, kind):
+                raise TypeError(f"{role.name}'s block is a {type(block).__name__}, not a {kind.__name__}")
+            return block
+    raise LookupError(f"no registered role has the settings class {kind.__name__}")

@@ -90,6 +90,10 @@ class Role:
     # training target unless during_training is keep). An inventory may leave them off; a deploy of this role
     # alone (sparkguard.deploys) brings them along.
     uses: tuple[str, ...] = ()
+    # Roles whose settings this one reads (their defaults where that role is off), through
+    # sparkguard.hostconfig.settings_of and their settings class: earlyoom spares vllm's band, swap reserves
+    # earlyoom's SIGTERM line, monitoring places its alerts on earlyoom's lines. A read is not a requirement.
+    reads: tuple[str, ...] = ()
 
     def enabled(self, config: HostConfig) -> bool:
         return bool(getattr(getattr(config, self.name), "enabled", True))

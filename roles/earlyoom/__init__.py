@@ -20,4 +20,5 @@ ROLE = Role(
     live_alternatives=live_alternatives,
     audit_probe=audit.probe,
     audit_checks=audit.checks,
+    reads=("vllm",),  # serving's band: vllm.oom_score_adj
 )

@@ -7,6 +7,7 @@ import shlex
 from pathlib import Path
 
 from sparkguard import victim_order
+from sparkguard.hostconfig import settings_of
 from sparkguard.layout import (
     BIN_DIR,
     CONFIG_DIR,
@@ -22,6 +23,7 @@ from sparkguard.role import RoleContext
 from sparkguard.state import DesiredState, Directory, Ensure, ManagedFile, Service
 from sparkguard.templating import render_template, sandbox
 
+from ..vllm.settings import VllmSettings
 from . import gpu_ranking
 from .guard import GuardChoice, choose_guard
 from .names import SERVING_UNITS, avoid_regex, launcher_regex, prefer_regex, serving_regex
@@ -217,7 +219,7 @@ def desired_state(ctx: RoleContext) -> DesiredState:
              "counts_file": COUNTS_FILE, "textfile": TEXTFILE,
              "guard": choice.guard, "marks_dir": MARKS_DIR, "collector_unit": KILLS_SERVICE_UNIT}
     # Serving's band is the vllm role's oom_score_adj (one value, wherever a server runs).
-    serving_adj = ctx.settings("vllm").oom_score_adj
+    serving_adj = settings_of(ctx.config, VllmSettings).oom_score_adj
     if choice.guard == "nohang":
         packages, guard_files, guard_services = nohang_guard(settings, total, paths, serving_adj)
     else:

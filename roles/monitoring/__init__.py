@@ -19,4 +19,5 @@ ROLE = Role(
     fleet_advice=unwatched,
     audit_probe=audit.probe,
     audit_checks=audit.checks,
+    reads=("earlyoom",),  # the alert lines are earlyoom's
 )

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from sparkguard.layout import TEXTFILE_DIR
 from sparkguard.templating import render_template
 
+from ..earlyoom.settings import EarlyoomSettings
+
 TEMPLATE = "monitoring/alert-rules.yml.j2"
 
 _DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
@@ -244,11 +246,10 @@ class AlertThresholds:
             raise ValueError("invalid alert thresholds: " + "; ".join(problems))
 
     @classmethod
-    def from_earlyoom(cls, earlyoom: object, **overrides: object) -> AlertThresholds:
-        """Thresholds whose lines are earlyoom's: ``earlyoom`` is anything with ``term_percent`` and
-        ``kill_percent`` (the earlyoom role's settings), so alerts and earlyoom cannot disagree."""
-        return cls(term_percent=float(earlyoom.term_percent),  # type: ignore[attr-defined]
-                   kill_percent=float(earlyoom.kill_percent),  # type: ignore[attr-defined]
+    def from_earlyoom(cls, earlyoom: EarlyoomSettings, **overrides: object) -> AlertThresholds:
+        """Thresholds whose lines are earlyoom's (role monitoring reads role earlyoom's settings), so alerts
+        and earlyoom cannot disagree."""
+        return cls(term_percent=float(earlyoom.term_percent), kill_percent=float(earlyoom.kill_percent),
                    **overrides)  # type: ignore[arg-type]
 
     @property

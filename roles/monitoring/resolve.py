@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sparkguard.hostconfig import HostConfig
+from sparkguard.hostconfig import HostConfig, settings_of
 
+from ..earlyoom.settings import EarlyoomSettings
 from .addresses import default_address
 from .alerts import AlertThresholds
 from .settings import MonitoringSettings
@@ -65,4 +66,4 @@ def resolve(config: HostConfig) -> Resolved:
 def thresholds(config: HostConfig) -> AlertThresholds:
     """The alert thresholds: earlyoom's lines plus the monitoring overrides (may raise ValueError/TypeError)."""
     overrides = {k: v for k, v in config.monitoring.alerts.overrides.items()}
-    return AlertThresholds.from_earlyoom(config.earlyoom, **overrides)
+    return AlertThresholds.from_earlyoom(settings_of(config, EarlyoomSettings), **overrides)

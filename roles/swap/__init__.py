@@ -13,6 +13,7 @@ ROLE = Role(
     summary="swap policy (off / on / training-off) and sparkguard-train, which turns swap off for a job",
     audit_probe=audit.probe,
     audit_checks=audit.checks,
+    reads=("earlyoom",),  # the SIGTERM line sparkguard-train reserves memory for
     requires=("base",),
     requires_why="it installs sparkguard-training.target and node.json",
 )

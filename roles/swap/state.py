@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from sparkguard.hostconfig import settings_of
 from sparkguard.layout import (
     BIN_DIR,
     BUDGET_JSON,
@@ -25,6 +26,7 @@ from sparkguard.role import RoleContext
 from sparkguard.state import DesiredState, Directory, Ensure, FileEdit, ManagedFile, Service
 from sparkguard.templating import render_template, sandbox
 
+from ..earlyoom.settings import EarlyoomSettings
 from . import train_launcher
 from .fstab import DISABLE, ENABLE, MARKER
 from .settings import SwapSettings
@@ -62,7 +64,7 @@ def launcher_config(names: dict[str, Any]) -> str:
 
 def desired_state(ctx: RoleContext) -> DesiredState:
     settings: SwapSettings = ctx.settings("swap")
-    earlyoom = ctx.settings("earlyoom")
+    earlyoom = settings_of(ctx.config, EarlyoomSettings)
     reserve = earlyoom.term_percent if earlyoom.enabled else 0
     names = {"training_target": TRAINING_TARGET, "swapoff_service": SWAPOFF_SERVICE, "toggle": TOGGLE,
              "record": RECORD, "timeout_s": settings.swapoff_timeout_s, "reserve_percent": int(reserve),

@@ -7,10 +7,11 @@ from collections.abc import Iterator
 
 from sparkguard.errors import Problem
 from sparkguard.facts import NodeInfo
-from sparkguard.hostconfig import HostConfig
+from sparkguard.hostconfig import HostConfig, settings_of
 from sparkguard.planner import plan_host
 from sparkguard.secrets import read_secret, source_words
 
+from ..base.settings import BaseSettings
 from .images import ARM64_MACHINES, default_image, missing_image_reason
 from .options import option_problem, secret_option
 from .settings import VllmSettings
@@ -42,7 +43,7 @@ def problems(config: HostConfig) -> Iterator[Problem]:
     settings: VllmSettings = config.vllm
     if not settings.models:
         return
-    if settings.during_training != "keep" and not config.base.enabled:
+    if settings.during_training != "keep" and not settings_of(config, BaseSettings).enabled:
         # Explicit input from role base: it owns sparkguard-training.target, which these servers follow.
         yield Problem("", "base.enabled", False, f"vllm.during_training: {settings.during_training} follows "
                       f"sparkguard-training.target, which role base installs; enable base, or set "

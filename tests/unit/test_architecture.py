@@ -2,7 +2,9 @@
 
 - The core (sparkguard/) imports no role: only its entry points do, to hand the roles to
   sparkguard.registry (the CLI, and the adapter plain pyinfra loads as an inventory).
-- A role knows only itself: nothing under roles/<name>/ imports another role.
+- A role knows only itself and the roles it declares (Role.requires, uses, reads): it reads another role's
+  settings only through that role's settings class (sparkguard.hostconfig.settings_of), never through an
+  untyped ``config.<role>`` or ``ctx.settings("<role>")``, and imports nothing else of it.
 - The product imports nothing from tests/ (the test harness is not shipped).
 """
 
@@ -47,14 +49,76 @@ def test_entry_points_do_hand_the_roles_over():
     assert users <= ENTRY_POINTS | {"sparkguard/builtin_roles.py"}, users
 
 
-def test_a_role_imports_no_other_role():
-    offenders = {}
-    for package in sorted(p for p in (REPO / "roles").iterdir() if (p / "__init__.py").exists()):
+def role_packages() -> list[Path]:
+    return sorted(p for p in (REPO / "roles").iterdir() if (p / "__init__.py").exists())
+
+
+def cross_role_references(role: str, path: Path, names: set[str]) -> list[tuple[str, str]]:
+    """(other role, how) for every place ``path`` (in role ``role``) names another role of ``names``: an import of
+    its modules (``roles.x...`` or ``..x...``), a ``.settings("x")`` call, or a ``config.x`` / ``cfg.x`` /
+    ``<...>.config.x`` attribute (an untyped read of its block)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom):
+            module = (node.module or "").split(".") if node.module else []
+            if node.level == 0 and module[:1] == ["roles"]:
+                parts = module[1:]
+            elif node.level == 2:
+                parts = module
+            else:
+                continue
+            # `from roles import vllm`, `from ..vllm import state`: the names imported are modules of the role
+            imported = [parts] if len(parts) >= 2 else [parts + [alias.name] for alias in node.names]
+            found += [(each[0], "import " + ".".join(each)) for each in imported if each[0] != role]
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                parts = alias.name.split(".")
+                if parts[0] == "roles" and len(parts) > 1 and parts[1] != role:
+                    found.append((parts[1], "import " + alias.name))
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "settings":
+            if node.args and isinstance(node.args[0], ast.Constant) and node.args[0].value in names - {role}:
+                found.append((node.args[0].value, f'untyped settings("{node.args[0].value}")'))
+        elif isinstance(node, ast.Attribute) and node.attr in names - {role}:
+            owner = node.value
+            if (isinstance(owner, ast.Name) and owner.id in ("config", "cfg")) or (
+                    isinstance(owner, ast.Attribute) and owner.attr == "config"):
+                found.append((node.attr, f"untyped config.{node.attr}"))
+    return found
+
+
+def test_a_role_reads_another_only_typed_and_only_where_it_declares_it():
+    """The meaning-level edges: earlyoom reads vllm (serving's band), swap and monitoring read earlyoom (its
+    lines), vllm reads base (its training target). Each is declared on the Role and goes through the other
+    role's settings class; an undeclared or untyped read fails here."""
+    from roles import ROLES
+
+    declared = {role.name: set(role.requires) | set(role.uses) | set(role.reads) for role in ROLES}
+    names = set(declared)
+    offenders, used = {}, {name: set() for name in names}
+    for package in role_packages():
         for path in package.rglob("*.py"):
-            others = sorted(m for m in imports(path) if m.startswith("roles.") and m.split(".")[1] != package.name)
-            if others:
-                offenders[str(path.relative_to(REPO))] = others
+            for other, how in cross_role_references(package.name, path, names):
+                used[package.name].add(other)
+                typed = how == f"import {other}.settings"
+                if other not in declared[package.name] or not typed:
+                    offenders.setdefault(str(path.relative_to(REPO)), []).append(how)
     assert offenders == {}
+    # A declared read that nothing reads is a stale edge.
+    assert {role.name: sorted(set(role.reads) - used[role.name]) for role in ROLES if set(role.reads) - used[role.name]} == {}
+    assert used == {"base": set(), "budget": set(), "earlyoom": {"vllm"}, "monitoring": {"earlyoom"},
+                    "recovery": set(), "swap": {"earlyoom"}, "vllm": {"base"}}
+
+
+def test_the_edge_check_catches_an_untyped_or_undeclared_read(tmp_path):
+    """The check itself has teeth: each way of reaching another role is found."""
+    path = tmp_path / "m.py"
+    path.write_text("from ..vllm.settings import VllmSettings\nfrom roles.base import state\n"
+                    "x = ctx.settings('vllm').oom_score_adj\ny = config.earlyoom.term_percent\n"
+                    "z = ctx.config.base.enabled\nw = config.swap_like\n")
+    found = cross_role_references("swap", path, {"vllm", "base", "earlyoom", "swap"})
+    assert sorted(found) == sorted([
+        ("vllm", "import vllm.settings"), ("base", "import base.state"), ("vllm", 'untyped settings("vllm")'),
+        ("earlyoom", "untyped config.earlyoom"), ("base", "untyped config.base")])
 
 
 def test_the_product_imports_nothing_from_tests():
