@@ -26,7 +26,7 @@ from pyinfra.operations import apt, files, systemd
 from . import livediff, node_lock, registry, snapshot
 from .auditing import ProbeOutput, ensure_key
 from .desired import node_profile
-from .errors import Problem
+from .errors import PreflightError, Problem
 from .facts import NodeFacts, NodeInfo
 from .filestate import FileState, ManagedFilesState, file_state
 from .hostconfig import HostConfig, host_config_model
@@ -60,14 +60,6 @@ from .state import DesiredState, FileEdit, ManagedFile, is_systemd_unit_path
 __all__ = ["node_profile", "converge", "current_context", "role_deploy", "site_deploy"]
 
 MEMORY_TOLERANCE = 0.02
-
-
-class PreflightError(PyinfraError):
-    """The node is not what the inventory says; raised before any operation runs."""
-
-    def __init__(self, problems: list[Problem]):
-        self.problems = problems
-        super().__init__("\n\n".join(p.paragraph() for p in problems))
 
 
 def check_node(host_name: str, config: HostConfig, info: NodeInfo) -> list[Problem]:

@@ -23,7 +23,7 @@ from pyinfra.api import deploy
 
 from . import builtin_roles, registry
 from .converge import check_node, converge, current_node_info, node_profile, role_preflight
-from .errors import ConfigError, Problem
+from .errors import PreflightError, Problem
 from .hostconfig import HostConfig, host_config_model
 from .inventory import problems_from_validation, role_problems
 from .role import Role, RoleContext
@@ -40,7 +40,7 @@ def with_requirements(name: str) -> list[Role]:
     applies them."""
     by_name = {role.name: role for role in _roles()}
     if name not in by_name:
-        raise ConfigError([Problem("", "role", name, f"no such role; choose one of {', '.join(by_name)}")])
+        raise PreflightError([Problem("", "role", name, f"no such role; choose one of {', '.join(by_name)}")])
     return registry.with_requirements(name, uses=True)
 
 
@@ -60,10 +60,10 @@ def role_config(host_name: str, name: str, settings: Mapping[str, Any] | None = 
 
         if not isinstance(error, ValidationError):
             raise
-        raise ConfigError(problems_from_validation(host_name, error, model, {}, label)) from None
+        raise PreflightError(problems_from_validation(host_name, error, model, {}, label)) from None
     problems = role_problems(host_name, config, {}, label)
     if problems:
-        raise ConfigError(problems)
+        raise PreflightError(problems)
     return config
 
 
@@ -74,7 +74,7 @@ def _deploy_for(name: str) -> Callable[..., None]:
         info = current_node_info(config)
         problems = check_node(host.name, config, info) + role_preflight(host.name, config, info)
         if problems:
-            raise ConfigError(problems)
+            raise PreflightError(problems)
         ctx = RoleContext(host=host.name, config=config, node=node_profile(config, info))
         for role in with_requirements(name):
             converge(role.desired_state(ctx))

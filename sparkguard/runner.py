@@ -26,7 +26,7 @@ from pyinfra.api.state import BaseStateCallback, StateStage
 from pyinfra.connectors.sshuserclient.client import get_host_keys
 
 from . import livediff, node_lock, registry, snapshot
-from .converge import PreflightError, node_info_cache
+from .converge import node_info_cache
 from .errors import ConfigError, ConnectError, NodeBusyError, Problem
 from .facts import NodeInfo
 from .inventory import Inventory, InventoryHost
@@ -234,10 +234,7 @@ def _run_deploy(inventory: Inventory, deploy_factory: Callable[[], Callable[[], 
             locks = lock_hosts(state, reached)
 
         state.set_stage(StateStage.Prepare)
-        try:
-            add_deploy(state, deploy_factory())
-        except PreflightError as error:
-            raise ConfigError(error.problems) from None
+        add_deploy(state, deploy_factory())  # a PreflightError (a ConfigError) leaves here: nothing ran
 
         if not dry:
             state.set_stage(StateStage.Execute)

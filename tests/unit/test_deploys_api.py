@@ -51,3 +51,19 @@ def test_one_deploy_per_registered_role_and_no_other():
         deploys.__getattr__("earlyom")
     with pytest.raises(ConfigError, match="no such role"):
         deploys.with_requirements("earlyom")
+
+
+def test_plain_pyinfra_prints_a_refused_deploy_as_its_paragraph_not_a_traceback(tmp_path):
+    """A team's deploy file run by pyinfra's own CLI: bad settings (or a node that is not what they declare)
+    are one PreflightError, which pyinfra prints as the inventory's paragraph. --dry on @local: the deploy is
+    refused before any fact is read, and nothing would run anyway."""
+    import subprocess
+    import sys
+
+    (tmp_path / "team.py").write_text("from sparkguard.deploys import earlyoom\n\nearlyoom(settings={'term_percent': 200})\n")
+    done = subprocess.run([sys.executable, "-m", "pyinfra", "--dry", "-y", "@local", "team.py"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    output = done.stdout + done.stderr
+    assert done.returncode != 0, output
+    assert "field 'earlyoom.term_percent'" in output and "less than 100" in output, output
+    assert "Traceback" not in output, output
