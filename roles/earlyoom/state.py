@@ -236,8 +236,7 @@ def desired_state(ctx: RoleContext) -> DesiredState:
             ManagedFile(OOM_FIRST, _shipped("oom-first.sh"), mode="0755",
                         validate="sh -n {path}"),
             ManagedFile(RECORDER, _shipped("guard-record.sh"), mode="0755", validate="sh -n {path}"),
-            ManagedFile(COLLECTOR, render_template("earlyoom/collect.sh.j2", **paths), mode="0755",
-                        validate="sh -n {path}"),
+            ManagedFile(COLLECTOR, _shipped("collect.sh"), mode="0755", validate="sh -n {path}"),
             ManagedFile(unit_path(KILLS_SERVICE_UNIT), render_template(
                 "earlyoom/kills.service.j2", **paths,
                 # Reads what others may drop into the spool: confined to the spool, its counts and the textfile.

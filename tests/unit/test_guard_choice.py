@@ -241,10 +241,8 @@ def test_collector_counts_only_the_guards_events_and_never_blocks(tmp_path):
     spool.mkdir()
     marks.mkdir()
     counts, textfile = tmp_path / "counts", tmp_path / "guard.prom"
-    script = tmp_path / "collect"
-    script.write_text(render_template("earlyoom/collect.sh.j2", spool_dir=str(spool), marks_dir=str(marks),
-                                      counts_file=str(counts), textfile=str(textfile), guard="nohang"))
-    script.chmod(0o755)
+    script = [str(REPO / "roles" / "earlyoom" / "collect.sh"), "nohang", str(spool), str(counts), str(textfile),
+              str(marks)]
     (spool / "1.1.event").write_text("pid=42\nuid=0\nname=python3\nsignal=SIGTERM\n")     # root: the guard
     dynamic = spool / "2.2.event"
     dynamic.write_text("pid=43\nuid=0\nname=llama-server\n")
@@ -255,7 +253,7 @@ def test_collector_counts_only_the_guards_events_and_never_blocks(tmp_path):
     os.mkfifo(spool / "4.4.event")                                                       # would block a reader
     (spool / "5.5.event").symlink_to("/etc/shadow")
     (spool / "junk").write_text("x")
-    run = subprocess.run([str(script)], capture_output=True, text=True, timeout=20)
+    run = subprocess.run(script, capture_output=True, text=True, timeout=20)
     assert run.returncode == 0, run.stderr
     prom = textfile.read_text()
     assert "sparkguard_earlyoom_kills_all_total 2" in prom, prom

@@ -3,7 +3,7 @@
 The guards' hooks (earlyoom's -N hook, nohang's action script) hand every kill to
 ``guard-record`` (roles/earlyoom/guard-record.sh), which waits until the victim
 has exited and names its job from the GPU ranking agent's jobs file; the root
-collector (templates/earlyoom/collect.sh.j2) then logs and counts it, once per
+collector (roles/earlyoom/collect.sh) then logs and counts it, once per
 victim and once per job. Real shells, real processes, real signals; the spool,
 the jobs file and the counters are in tmp_path.
 """
@@ -104,15 +104,14 @@ def test_the_earlyoom_hook_hands_the_kill_to_the_recorder(spool, tmp_path):
     assert (event["pid"], event["name"], event["uid"], event["signal"]) == ("999999", "python3", "1000", "SIGTERM")
 
 
-def collector(tmp_path: Path, spool: Path) -> Path:
+COLLECTOR = REPO / "roles" / "earlyoom" / "collect.sh"
+
+
+def collector(tmp_path: Path, spool: Path, guard: str = "earlyoom") -> list[str]:
+    """The shipped collector's command line, as sparkguard-earlyoom-kills.service gives it (paths in tmp_path)."""
     marks = tmp_path / "marks"
     marks.mkdir(exist_ok=True)
-    script = tmp_path / "collect"
-    script.write_text(render_template("earlyoom/collect.sh.j2", spool_dir=str(spool), marks_dir=str(marks),
-                                      counts_file=str(tmp_path / "counts"), textfile=str(tmp_path / "guard.prom"),
-                                      guard="earlyoom"))
-    script.chmod(0o755)
-    return script
+    return [str(COLLECTOR), guard, str(spool), str(tmp_path / "counts"), str(tmp_path / "guard.prom"), str(marks)]
 
 
 def kills(tmp_path: Path) -> dict[str, int]:
@@ -151,7 +150,7 @@ def test_collector_counts_each_victim_and_each_job_once(tmp_path, spool, runs, e
     for number, batch in enumerate(runs):
         for index, text in enumerate(batch):
             (spool / f"{number}.{index}.event").write_text(text)
-        run = subprocess.run([str(script)], capture_output=True, text=True, timeout=20)
+        run = subprocess.run(script, capture_output=True, text=True, timeout=20)
         assert run.returncode == 0, run.stderr
         assert list(spool.iterdir()) == []
     assert kills(tmp_path) == expected
@@ -161,7 +160,7 @@ def test_a_kill_ten_minutes_later_counts_again(tmp_path, spool):
     script = collector(tmp_path, spool)
     (tmp_path / "counts.recent").write_text(f"{int(time.time()) - 700} 10 5 10:5\n")
     (spool / "1.1.event").write_text(event(10, "5", "10:5"))
-    subprocess.run([str(script)], check=True, capture_output=True, timeout=20)
+    subprocess.run(script, check=True, capture_output=True, timeout=20)
     assert kills(tmp_path) == {"python3": 1, "ALL": 1}
     assert (tmp_path / "counts.recent").read_text().count("\n") == 1     # the old line was dropped
 
@@ -192,7 +191,33 @@ def test_only_the_guards_young_tmp_file_is_left_in_the_spool(tmp_path, spool, ui
     forged = spool / "4.4.event"
     forged.write_text(event(20, "7", name="sshd"))
     os.chown(forged, uid, uid)
-    run = subprocess.run([str(script)], capture_output=True, text=True, timeout=20)
+    run = subprocess.run(script, capture_output=True, text=True, timeout=20)
     assert run.returncode == 0, run.stderr
     assert sorted(p.name for p in spool.iterdir()) == (["1.1.event.tmp"] if left else [])
     assert kills(tmp_path) == ({"sshd": 1, "ALL": 1} if left else {"ALL": 0})
+
+
+def test_the_collector_refuses_what_its_unit_never_passes(tmp_path, spool):
+    base = collector(tmp_path, spool)
+    for argv in (base[:-1], [base[0], "sh", *base[2:]], [*base, "extra"]):
+        run = subprocess.run(argv, capture_output=True, text=True, timeout=20)
+        assert run.returncode == 2 and ("usage" in run.stderr or "unknown guard" in run.stderr), run
+    assert not (tmp_path / "guard.prom").exists() and not (tmp_path / "counts").exists()
+
+
+@pytest.mark.parametrize("guard", ["earlyoom", "nohang"])
+def test_the_kills_unit_gives_the_collector_the_roles_paths(guard):
+    """The program is shipped as it is; its unit's ExecStart carries the values a template once inlined."""
+    from roles.earlyoom.state import COLLECTOR as SHIPPED
+    from roles.earlyoom.state import COUNTS_FILE, KILLS_SERVICE_UNIT, MARKS_DIR, SPOOL_DIR, TEXTFILE
+    from sparkguard.inventory import load_inventory
+    from sparkguard.render import host_states
+
+    entry = load_inventory(REPO / "inventory" / "example").host("spark-01")
+    entry = entry.__class__(**{**entry.__dict__, "config": entry.config.model_copy(
+        update={"earlyoom": entry.config.earlyoom.model_copy(update={"guard": guard})})})
+    state = next(s for s in host_states(entry) if s.role == "earlyoom")
+    unit = next(f for f in state.files if f.path.endswith(KILLS_SERVICE_UNIT))
+    [exec_start] = [line for line in unit.content.splitlines() if line.startswith("ExecStart=")]
+    assert exec_start.split("=", 1)[1].split() == [SHIPPED, guard, SPOOL_DIR, COUNTS_FILE, TEXTFILE, MARKS_DIR]
+    assert next(f for f in state.files if f.path == SHIPPED).content == COLLECTOR.read_text()

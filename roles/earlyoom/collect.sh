@@ -1,16 +1,25 @@
 #!/bin/sh
-# Managed by sparkguard (role earlyoom): turn the guard's ({{ guard }}) kill events into one
-# journal line each and the Prometheus textfile counters
+# Managed by sparkguard (role earlyoom, shipped as it is: roles/earlyoom/collect.sh). Turns the guard's kill
+# events into one journal line each and the Prometheus textfile counters
 #   sparkguard_earlyoom_kills_total{victim="NAME"}
 #   sparkguard_earlyoom_kills_all_total
 # The second exists from the start at 0, so increase() sees the very first kill.
-# Counts live in {{ counts_file }} ("COUNT NAME" lines) and survive reboots.
+#   collect.sh GUARD SPOOL COUNTS TEXTFILE MARKS
+# GUARD is earlyoom or nohang; SPOOL the directory the guard's hook writes events into; COUNTS the
+# "COUNT NAME" lines that survive reboots; TEXTFILE the .prom file node_exporter reads; MARKS nohang's
+# SIGTERM marks (sparkguard-earlyoom-kills.service passes them; role earlyoom owns every path).
 set -eu
-spool={{ spool_dir }}
-counts={{ counts_file }}
+if [ "$#" -ne 5 ]; then
+  echo "usage: collect.sh GUARD SPOOL COUNTS TEXTFILE MARKS" >&2
+  exit 2
+fi
+case "$1" in earlyoom|nohang) guard=$1 ;; *) echo "collect.sh: unknown guard '$1'" >&2; exit 2 ;; esac
+spool=$2
+counts=$3
 # "EPOCH PID START JOB" of the kills of the last 10 minutes: what makes a kill count once.
-recent={{ counts_file }}.recent
-out={{ textfile }}
+recent=$3.recent
+out=$4
+marks=$5
 umask 022
 touch "$counts" "$recent"
 # The spool is writable by the guard (earlyoom's dynamic user, or root for nohang) and, being
@@ -58,9 +67,9 @@ for entry in "$spool"/* "$spool"/.[!.]*; do
   [ -n "$job" ] && of=" of job ${unit:-$job} ($label)"
   [ "$gone" = no ] && of="$of, still alive after 60 s"
   if [ -n "$duplicate" ]; then
-    logger -t sparkguard-earlyoom -p daemon.info "{{ guard }} signalled $name (pid ${pid:-?})$of: same victim or job as a kill already counted"
+    logger -t sparkguard-earlyoom -p daemon.info "$guard signalled $name (pid ${pid:-?})$of: same victim or job as a kill already counted"
   else
-    logger -t sparkguard-earlyoom -p daemon.warning "{{ guard }} killed $name (pid ${pid:-?})$of; see: journalctl -u {{ guard }}"
+    logger -t sparkguard-earlyoom -p daemon.warning "$guard killed $name (pid ${pid:-?})$of; see: journalctl -u $guard"
     awk -v n="$label" '$2 == n { $1++; found = 1 } { print } END { if (!found) print 1, n }' "$counts" > "$counts.tmp"
     mv "$counts.tmp" "$counts"
   fi
@@ -69,11 +78,11 @@ for entry in "$spool"/* "$spool"/.[!.]*; do
   rm -f "$event"
 done
 # SIGTERM marks of the nohang guard whose victim exited without needing SIGKILL.
-find {{ marks_dir }} -maxdepth 1 -name 'term-*' -mmin +60 -delete 2>/dev/null || true
+find "$marks" -maxdepth 1 -name 'term-*' -mmin +60 -delete 2>/dev/null || true
 {
   echo "# HELP sparkguard_guard_info The low-memory guard this node runs (earlyoom or nohang)."
   echo "# TYPE sparkguard_guard_info gauge"
-  echo 'sparkguard_guard_info{guard="{{ guard }}"} 1'
+  echo "sparkguard_guard_info{guard=\"$guard\"} 1"
   echo "# HELP sparkguard_earlyoom_kills_all_total Processes killed by the low-memory guard (earlyoom or nohang) on this node (all victims)."
   echo "# TYPE sparkguard_earlyoom_kills_all_total counter"
   awk '{ s += $1 } END { print "sparkguard_earlyoom_kills_all_total", s + 0 }' "$counts"
