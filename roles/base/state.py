@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from sparkguard import __version__
@@ -20,6 +21,8 @@ from sparkguard.role import RoleContext
 from sparkguard.settings import masked_dump
 from sparkguard.state import DesiredState, Directory, ManagedFile
 from sparkguard.templating import render_template
+
+SYSCTL_CHECK_SOURCE = Path(__file__).with_name("sysctl-check.sh")  # shipped as it is
 
 
 def node_document(ctx: RoleContext) -> dict[str, Any]:
@@ -54,7 +57,7 @@ def desired_state(ctx: RoleContext) -> DesiredState:
             Directory(TEXTFILE_DIR, mode=None, owner=None, group=None),
         ),
         files=(
-            ManagedFile(SYSCTL_CHECK, render_template("base/sysctl-check.sh"), mode="0755", validate="sh -n {path}"),
+            ManagedFile(SYSCTL_CHECK, SYSCTL_CHECK_SOURCE.read_text(), mode="0755", validate="sh -n {path}"),
             ManagedFile(NODE_JSON, document, mode="0644",
                         validate="! command -v python3 >/dev/null || python3 -m json.tool {path} >/dev/null"),
             # Training mode has one owner, here; roles swap and vllm add their part with drop-ins.

@@ -41,6 +41,7 @@ GRAFANA_DIR = f"{CONFIG_DIR}/grafana"
 # Role base installs it; training mode 0 while it is inactive.
 TRAINING_TARGET = layout.TRAINING_TARGET
 NODE_METRICS_SOURCE = Path(__file__).with_name("node-metrics.sh")  # shipped as it is
+WEB_GET_SOURCE = Path(__file__).with_name("web-get.py")  # shipped as it is
 GRAFANA_DATASOURCE = f"{GRAFANA_DIR}/provisioning/datasources/sparkguard.yml"
 GRAFANA_PROVIDER = f"{GRAFANA_DIR}/provisioning/dashboards/sparkguard.yml"
 GRAFANA_DASHBOARD = f"{GRAFANA_DIR}/dashboards/node-memory-truth.json"
@@ -212,7 +213,7 @@ def web_state(auth: web.WebAuth, host: str, settings: MonitoringSettings) -> lis
     def secret(path: str, content: str) -> ManagedFile:
         return ManagedFile(path, content, mode="0600", secret=True, before_packages=True)
 
-    files = [ManagedFile(web.WEB_GET, render_template("monitoring/web-get.py"), mode="0755",
+    files = [ManagedFile(web.WEB_GET, WEB_GET_SOURCE.read_text(), mode="0755",
                          validate=PYTHON_CHECK, before_packages=True),
              secret(web.WEB_CONFIG, web.web_config(auth, host))]
     # The file set follows the settings, not whether the secrets could be read here: a render without

@@ -27,7 +27,8 @@ def fetch(url: str, user: str | None, password_file: str | None, ca: str | None)
         request.add_header("Authorization", f"Basic {token}")
     context = ssl.create_default_context(cafile=ca) if url.startswith("https:") else None
     with urllib.request.urlopen(request, timeout=3, context=context) as response:
-        return response.read().decode("utf-8", errors="replace")
+        body: bytes = response.read()
+    return body.decode("utf-8", errors="replace")
 
 
 def main() -> int:
