@@ -156,9 +156,18 @@ def earlyoom_guard(settings: EarlyoomSettings, total: int | None, paths: dict[st
     return ("earlyoom",), files, (Service("earlyoom.service", restart_on=(DEFAULTS_FILE, DROPIN, NOTIFY)),)
 
 
+def nohang_action(settings: EarlyoomSettings) -> str:
+    """The action program's command line in nohang.conf, before nohang's own words (``term $PID``,
+    ``killed $PID $NAME``): its values come as arguments (roles/earlyoom/nohang-action.sh), never a template.
+    Every word is one of the role's fixed paths: nohang shlex-splits the line."""
+    scope = "group" if settings.kill_process_group else "process"
+    return " ".join((NOHANG_ACTION, scope, RECORDER, SPOOL_DIR, JOBS_FILE, MARKS_DIR))
+
+
 def nohang_config(settings: EarlyoomSettings, total: int | None, serving_adj: int) -> str:
     return render_template(
-        "earlyoom/nohang.conf.j2", action=NOHANG_ACTION, serving_adj=serving_adj, **_lines(settings, total),
+        "earlyoom/nohang.conf.j2", program=NOHANG_ACTION, action=nohang_action(settings), serving_adj=serving_adj,
+        **_lines(settings, total),
         prefer=prefer_regex(settings.prefer_extra, settings.prefer_plain_python), avoid=avoid_regex(settings.avoid_extra),
         report="True" if settings.report_interval_s else "False",
         report_interval=settings.report_interval_s or 60,
@@ -169,8 +178,7 @@ def nohang_guard(settings: EarlyoomSettings, total: int | None, paths: dict[str,
                  serving_adj: int) -> GuardParts:
     """nohang: lines of MemTotal, the same ranking; every action goes through the recording action script."""
     files = (
-        ManagedFile(NOHANG_ACTION, render_template("earlyoom/nohang-action.sh.j2", group=settings.kill_process_group,
-                                                   **paths), mode="0755", validate="sh -n {path}"),
+        ManagedFile(NOHANG_ACTION, _shipped("nohang-action.sh"), mode="0755", validate="sh -n {path}"),
         ManagedFile(NOHANG_DROPIN, render_template("earlyoom/dropin.conf.j2", unit="nohang.service", **paths)),
         ManagedFile(NOHANG_CONF, nohang_config(settings, total, serving_adj),
                     validate="nohang --check --config {path}"),

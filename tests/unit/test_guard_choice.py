@@ -16,11 +16,11 @@ from roles.earlyoom.checks import preflight
 from roles.earlyoom.guard import choose_guard, describe
 from roles.earlyoom.names import avoid_regex, prefer_regex
 from roles.earlyoom.settings import EarlyoomSettings
-from roles.earlyoom.state import NOHANG_ACTION, NOHANG_CONF
+from roles.earlyoom.state import JOBS_FILE, MARKS_DIR, NOHANG_ACTION, NOHANG_CONF, SPOOL_DIR
+from roles.earlyoom.state import RECORDER as RECORDER_PATH
 from sparkguard.facts import parse_probe
 from sparkguard.inventory import load_inventory
 from sparkguard.render import host_states
-from sparkguard.templating import render_template
 from tests.conftest import REPO
 
 BOOKWORM = {"earlyoom_version": "earlyoom v1.7", "nohang_candidate": "0.2.0-2"}
@@ -110,8 +110,9 @@ def test_nohang_state_is_driven_by_the_same_settings(inventory_dir):
     prefer = prefer_regex(("my_trainer",))
     assert f"@BADNESS_ADJ_RE_NAME 300 /// {prefer}" in conf.content
     assert f"@BADNESS_ADJ_RE_NAME -300 /// {avoid_regex()}" in conf.content
-    assert f"@SOFT_ACTION_RE_NAME . /// {NOHANG_ACTION} term $PID" in conf.content
-    assert settings["post_kill_exe"] == f"{NOHANG_ACTION} killed $PID $NAME"
+    action = f"{NOHANG_ACTION} group {RECORDER_PATH} {SPOOL_DIR} {JOBS_FILE} {MARKS_DIR}"
+    assert f"@SOFT_ACTION_RE_NAME . /// {action} term $PID" in conf.content
+    assert settings["post_kill_exe"] == f"{action} killed $PID $NAME"
     # nohang matches with Python's re.search: the same anchored names as earlyoom's ERE.
     assert re.search(prefer, "my_trainer") and re.search(prefer, "pt_elastic") and not re.search(prefer, "python3")
     assert re.search(avoid_regex(), "sshd-session") and re.search(avoid_regex(), "nohang")
@@ -168,17 +169,15 @@ def test_audit_probes_both_variants_of_an_auto_host(inventory_dir):
 RECORDER = REPO / "roles" / "earlyoom" / "guard-record.sh"
 
 
-def _action_script(tmp_path: Path, group: bool, jobs: str = "") -> tuple[Path, Path]:
-    """nohang's action script, rendered against a spool in tmp_path (a real shell, real signals)."""
+def _action_script(tmp_path: Path, group: bool, jobs: str = "") -> tuple[list[str], Path]:
+    """nohang's action program as shipped, with the role's arguments pointing into tmp_path (real shell, real
+    signals); nohang appends its own words (``term PID``, ``killed PID NAME``)."""
     spool, marks = tmp_path / "spool", tmp_path / "marks"
     spool.mkdir()
     marks.mkdir()
     (tmp_path / "gpu-jobs").write_text(jobs)
-    script = tmp_path / "nohang-action"
-    script.write_text(render_template("earlyoom/nohang-action.sh.j2", spool_dir=str(spool), marks_dir=str(marks),
-                                      group=group, recorder=str(RECORDER), jobs_file=str(tmp_path / "gpu-jobs")))
-    script.chmod(0o755)
-    return script, spool
+    return [str(REPO / "roles" / "earlyoom" / "nohang-action.sh"), "group" if group else "process", str(RECORDER),
+            str(spool), str(tmp_path / "gpu-jobs"), str(marks)], spool
 
 
 @pytest.fixture
@@ -199,7 +198,7 @@ def test_action_terms_records_and_an_escalation_is_not_counted_twice(action):
     script, spool = action
     victim = subprocess.Popen(["sleep", "60"])
     time.sleep(0.1)
-    assert subprocess.run([str(script), "term", str(victim.pid)]).returncode == 0
+    assert subprocess.run([*script, "term", str(victim.pid)]).returncode == 0
     assert victim.wait(timeout=5) == -signal.SIGTERM
     [event] = _events(spool, wait_for=1)
     time.sleep(0.3)
@@ -207,18 +206,28 @@ def test_action_terms_records_and_an_escalation_is_not_counted_twice(action):
     assert {k: event[k] for k in ("pid", "uid", "name", "signal", "gone", "job")} == {
         "pid": str(victim.pid), "uid": str(os.getuid()), "name": "sleep", "signal": "SIGTERM", "gone": "yes", "job": ""}
     # nohang's SIGKILL of the same victim afterwards: logged, not a second victim.
-    run = subprocess.run([str(script), "killed", str(victim.pid), "sleep"], capture_output=True, text=True)
+    run = subprocess.run([*script, "killed", str(victim.pid), "sleep"], capture_output=True, text=True)
     assert run.returncode == 0 and "escalated" in run.stderr and len(_events(spool)) == 1
     # A SIGKILL with no SIGTERM before it (memory fell straight below the kill line) is counted.
-    subprocess.run([str(script), "killed", "999999", "jaxtrain"], check=True, capture_output=True)
+    subprocess.run([*script, "killed", "999999", "jaxtrain"], check=True, capture_output=True)
     assert [e["signal"] for e in _events(spool, wait_for=2)].count("SIGKILL") == 1
 
 
 @pytest.mark.parametrize("args", [["term"], ["term", "$(touch /tmp/x)"], ["bogus", "1"]])
 def test_action_refuses_what_nohang_should_never_send(action, args):
     script, spool = action
-    assert subprocess.run([str(script), *args], capture_output=True).returncode == 2
+    assert subprocess.run([*script, *args], capture_output=True).returncode == 2
     assert _events(spool) == []
+
+
+def test_action_refuses_a_scope_its_config_never_gives(action):
+    script, spool = action
+    victim = subprocess.Popen(["sleep", "60"])
+    try:
+        run = subprocess.run([script[0], "everything", *script[2:], "term", str(victim.pid)], capture_output=True)
+        assert run.returncode == 2 and victim.poll() is None and _events(spool) == []
+    finally:
+        victim.kill()
 
 
 def test_action_with_kill_process_group_terms_the_whole_group(tmp_path):
@@ -226,7 +235,7 @@ def test_action_with_kill_process_group_terms_the_whole_group(tmp_path):
     leader = subprocess.Popen(["sh", "-c", "sleep 60 & echo $!; wait"], stdout=subprocess.PIPE, text=True,
                               start_new_session=True)
     worker = int(leader.stdout.readline())
-    assert subprocess.run([str(script), "term", str(leader.pid)]).returncode == 0
+    assert subprocess.run([*script, "term", str(leader.pid)]).returncode == 0
     leader.wait(timeout=5)
     deadline = time.time() + 5
     while Path(f"/proc/{worker}").exists() and time.time() < deadline:
