@@ -23,6 +23,7 @@ APT_PACKAGES=(
   debootstrap systemd-container          # sandbox nodes: Debian rootfs + systemd-nspawn
   openssh-client                         # ssh-keygen for sandbox keys
   qemu-system-x86                        # VM tests that need the node's own kernel
+  qemu-user-static                       # arm64 sandbox nodes (sandbox up --arch arm64: user-space emulation)
   ca-certificates iproute2 util-linux procps
   git zsh                                # the wheel and init tests (git), the zsh completion test
 )

@@ -1,10 +1,12 @@
-"""Benchmark: fresh apply and no-op rerun of deploy/site.py on 1 and 4 sandbox nodes.
+"""Benchmark: fresh apply and no-op rerun of deploy/site.py on 1 and 4 sandbox nodes, per architecture.
 
 Prints wall seconds (no-op rerun as the median of several runs), operations per
 host and SSH round trips per host (commands run + files uploaded, counted at
 pyinfra's SSH connector). Boots its own nodes on 127.0.88.x and tears them down.
+``--arch amd64 arm64`` runs each on both: arm64 nodes run under qemu user emulation here, so their times are
+emulation's, and only a slowdown far from the amd64 ratio is the program's own.
 
-    bench/apply [--nodes 1 4] [--reruns 5]
+    bench/apply [--nodes 1 4] [--reruns 5] [--arch amd64 arm64]
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from roundtrips import ROUND_TRIPS
 
 from sparkguard.builtin_roles import register
 from sparkguard.converge import site_deploy
+from sparkguard.emulation import ARCHES, host_arch
 from sparkguard.inventory import load_inventory
 from sparkguard.runner import run_deploy
 
@@ -36,8 +39,8 @@ def timed_apply(inventory_dir: Path) -> tuple[float, dict]:
     return elapsed, per_host
 
 
-def bench(nodes: int, reruns: int) -> None:
-    with booted_nodes(nodes, "127.0.88") as (state, inventory):
+def bench(nodes: int, reruns: int, arch: str) -> None:
+    with booted_nodes(nodes, "127.0.88", arch=arch) as (state, inventory):
         fresh, fresh_hosts = timed_apply(inventory)
         times, noop_hosts = [], {}
         for _ in range(reruns):
@@ -45,7 +48,7 @@ def bench(nodes: int, reruns: int) -> None:
             times.append(elapsed)
         ops, _, fresh_rt = next(iter(fresh_hosts.values()))
         noop_ops, noop_changed, noop_rt = next(iter(noop_hosts.values()))
-        print(f"nodes={nodes}  fresh apply: {fresh:.2f} s ({fresh_rt} SSH round trips/host)   "
+        print(f"{arch} nodes={nodes}  fresh apply: {fresh:.2f} s ({fresh_rt} SSH round trips/host)   "
               f"no-op rerun: median {statistics.median(times):.2f} s, max {max(times):.2f} s "
               f"over {reruns} runs ({noop_rt} SSH round trips/host, {noop_ops} operations/host, "
               f"{noop_changed} changed)")
@@ -55,9 +58,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, nargs="+", default=[1, 4])
     parser.add_argument("--reruns", type=int, default=5)
+    parser.add_argument("--arch", nargs="+", choices=sorted(ARCHES), default=[host_arch()])
     args = parser.parse_args()
     for count in args.nodes:
-        bench(count, args.reruns)
+        for arch in args.arch:
+            bench(count, args.reruns, arch)
 
 
 if __name__ == "__main__":

@@ -84,6 +84,7 @@ class ApplyResult:
                         "memory_total_bytes": h.node.memory_total_bytes,
                         "device_class": h.node.device_class,
                         "distro": f"{h.node.distro_id} {h.node.distro_version}".strip(),
+                        "arch": h.node.arch or None,
                         "earlyoom_version": ".".join(map(str, h.node.earlyoom_version or ())) or None,
                     },
                     **h.described,

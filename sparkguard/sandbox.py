@@ -20,12 +20,13 @@ import subprocess
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from .emulation import ARCHES, ensure_emulation, host_arch
 from .errors import SparkguardError
 from .hosttools import MIRROR, RELEASES, run_tool
 from .paths import INSTALLED, REPO_ROOT
@@ -76,6 +77,7 @@ class Sandbox:
     release: str
     net: str
     nodes: list[Node]
+    arch: str = field(default_factory=host_arch)
 
     @property
     def key(self) -> Path:
@@ -86,7 +88,7 @@ class Sandbox:
         return known_hosts_path(self.state_dir)
 
     def save(self) -> None:
-        record = {"release": self.release, "net": self.net, "inventory_dir": str(self.inventory_dir),
+        record = {"release": self.release, "arch": self.arch, "net": self.net, "inventory_dir": str(self.inventory_dir),
                   "nodes": [asdict(n) for n in self.nodes]}
         (self.state_dir / "sandbox.json").write_text(json.dumps(record, indent=2) + "\n")
 
@@ -97,7 +99,7 @@ class Sandbox:
             return None
         record = json.loads(record_file.read_text())
         return cls(state_dir, Path(record["inventory_dir"]), record["release"], record["net"],
-                   [Node(**n) for n in record["nodes"]])
+                   [Node(**n) for n in record["nodes"]], record.get("arch") or host_arch())
 
 
 def _pid_alive(pid: int) -> bool:
@@ -124,19 +126,33 @@ def _require_root() -> None:
         raise SandboxError("sandbox: needs root (debootstrap and systemd-nspawn); run it with sudo")
 
 
-def ensure_rootfs(release: str, cache_dir: Path = DEFAULT_CACHE_DIR, log: Log = print) -> Path:
-    """The cached debootstrap rootfs for a release, built once (~1 minute)."""
+def rootfs_name(release: str, arch: str) -> str:
+    """The cache entry of a release and architecture: this machine's own keeps the plain release name.
+
+    >>> rootfs_name("bookworm", host_arch()), rootfs_name("trixie", "arm64" if host_arch() == "amd64" else "amd64")[-6:]
+    ('bookworm', '-arm64')
+    """
+    return release if arch == host_arch() else f"{release}-{arch}"
+
+
+def ensure_rootfs(release: str, cache_dir: Path = DEFAULT_CACHE_DIR, log: Log = print, arch: str | None = None) -> Path:
+    """The cached debootstrap rootfs for a release and architecture, built once (~1 minute; another
+    architecture runs debootstrap's second stage under emulation, ~2-3 minutes)."""
     if release not in RELEASES:
         raise SandboxError(f"sandbox: release '{release}' is not supported; choose one of {', '.join(RELEASES)}")
-    target = cache_dir / release
+    arch = arch or host_arch()
+    if arch not in ARCHES:
+        raise SandboxError(f"sandbox: --arch {arch} is not supported; choose one of {', '.join(ARCHES)}")
+    ensure_emulation(arch, log)
+    target = cache_dir / rootfs_name(release, arch)
     if (target / "usr/sbin/sshd").exists():
         return target
     cache_dir.mkdir(parents=True, exist_ok=True)
-    partial = cache_dir / f"{release}.partial"
+    partial = cache_dir / f"{target.name}.partial"
     if partial.exists():
         shutil.rmtree(partial)
-    log(f"sandbox: building the {release} rootfs with debootstrap (cached in {target}) ...")
-    _run(["debootstrap", "--variant=minbase", f"--include={INCLUDE}", release, str(partial), MIRROR])
+    log(f"sandbox: building the {release} {arch} rootfs with debootstrap (cached in {target}) ...")
+    _run(["debootstrap", f"--arch={arch}", "--variant=minbase", f"--include={INCLUDE}", release, str(partial), MIRROR])
     for key in (partial / "etc/ssh").glob("ssh_host_*"):
         key.unlink()
     (partial / "etc/machine-id").write_text("")
@@ -274,7 +290,7 @@ def write_inventory(box: Sandbox) -> Path:
             "children": {"sandbox": {"hosts": {n.name: {"ssh_host": n.address} for n in box.nodes}}},
         }
     }
-    header = (f"# Written by `sparkguard sandbox up` ({box.release}, {len(box.nodes)} nodes); rewritten on each up.\n"
+    header = (f"# Written by `sparkguard sandbox up` ({box.release} {box.arch}, {len(box.nodes)} nodes); rewritten on each up.\n"
               f"# Add vars here to try settings against the sandbox.\n")
     hosts_file = box.inventory_dir / "hosts.yml"
     hosts_file.write_text(header + yaml.safe_dump(document, sort_keys=False))
@@ -284,21 +300,24 @@ def write_inventory(box: Sandbox) -> Path:
 
 def up(nodes: int = 1, release: str = "bookworm", state_dir: Path = DEFAULT_STATE_DIR,
        inventory_dir: Path = DEFAULT_INVENTORY_DIR, net: str = DEFAULT_NET, cache_dir: Path = DEFAULT_CACHE_DIR,
-       log: Log = print) -> Path:
-    """Boot N nodes (reusing running ones) and write their inventory; return its hosts.yml."""
+       log: Log = print, arch: str | None = None) -> Path:
+    """Boot N nodes (reusing running ones) and write their inventory; return its hosts.yml. ``arch``: amd64 or
+    arm64 (default: this machine's); another architecture runs under qemu user emulation (sparkguard.emulation)."""
+    arch = arch or host_arch()
     _require_root()
     if not 1 <= nodes <= 64:
         raise SandboxError(f"sandbox: --nodes {nodes} is out of range; allowed: 1..64")
     existing = Sandbox.load(state_dir)
     if existing and any(n.alive() for n in existing.nodes):
-        if len(existing.nodes) == nodes and existing.release == release and all(n.alive() for n in existing.nodes):
-            log(f"sandbox: {nodes} {release} node(s) already running")
+        if (len(existing.nodes) == nodes and existing.release == release and existing.arch == arch
+                and all(n.alive() for n in existing.nodes)):
+            log(f"sandbox: {nodes} {release} {arch} node(s) already running")
             return write_inventory(existing)
         raise SandboxError(f"sandbox: a different sandbox is running in {state_dir}; run `sparkguard sandbox down` first")
-    template = ensure_rootfs(release, cache_dir, log)
+    template = ensure_rootfs(release, cache_dir, log, arch)
     (state_dir / "ssh").mkdir(parents=True, exist_ok=True)
     os.chmod(state_dir, 0o700)
-    box = Sandbox(state_dir, inventory_dir.resolve(), release, net, [])
+    box = Sandbox(state_dir, inventory_dir.resolve(), release, net, [], arch)
     if not box.key.exists():
         _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "sparkguard-sandbox", "-f", str(box.key)])
     public_key = box.key.with_suffix(".pub").read_text()
@@ -338,7 +357,7 @@ def up(nodes: int = 1, release: str = "bookworm", state_dir: Path = DEFAULT_STAT
         raise
     box.save()
     hosts_file = write_inventory(box)
-    log(f"sandbox: {nodes} {release} node(s) up: " + ", ".join(f"{n.name}={n.address}" for n in box.nodes))
+    log(f"sandbox: {nodes} {release} {arch} node(s) up: " + ", ".join(f"{n.name}={n.address}" for n in box.nodes))
     return hosts_file
 
 
@@ -355,7 +374,7 @@ def status(state_dir: Path = DEFAULT_STATE_DIR) -> list[dict[str, Any]]:
                     reachable = True
             except OSError:
                 pass
-        rows.append({"node": node.name, "address": node.address, "release": box.release,
+        rows.append({"node": node.name, "address": node.address, "release": box.release, "arch": box.arch,
                      "pid": node.pid, "running": node.alive(), "ssh": reachable})
     return rows
 

@@ -83,13 +83,14 @@ def print_report(result: ApplyResult, console: Console | None = None) -> None:
     console = console or make_console()
     verb = "would change" if result.dry else "changed"
     table = Table(title=f"sparkguard apply{' (dry run)' if result.dry else ''}")
-    for column in ("host", "device", "MemTotal", "distro", "guard", "operations", verb, "status"):
+    for column in ("host", "device", "arch", "MemTotal", "distro", "guard", "operations", verb, "status"):
         table.add_column(column)
     for host in result.hosts:
         node = host.node
         table.add_row(
             host.host,
             node.device_class if node else "?",
+            (node.arch or "?") if node else "?",
             f"{node.memory_total_gib:.1f} GiB" if node else "?",
             f"{node.distro_id} {node.distro_version}" if node else "?",
             host.described.get("guard", "-"),

@@ -17,6 +17,9 @@ def register(sub: Subcommands) -> None:
     up = actions.add_parser("up", help="boot N nodes and write their inventory (printed as the last line)")
     up.add_argument("--nodes", type=int, default=1)
     up.add_argument("--release", choices=sandbox.RELEASES, default="bookworm")
+    up.add_argument("--arch", choices=sorted(sandbox.ARCHES), default=None,
+                    help="the nodes' architecture (default: this machine's); another one runs under qemu user "
+                         "emulation (qemu-user-static, registered with binfmt_misc when it is not)")
     up.add_argument("--net", default=sandbox.DEFAULT_NET, help="loopback /24 prefix for node addresses")
     up.add_argument("--inventory-dir", type=Path, default=sandbox.DEFAULT_INVENTORY_DIR)
     up.add_argument("--cache-dir", type=Path, default=sandbox.DEFAULT_CACHE_DIR)
@@ -32,7 +35,7 @@ def register(sub: Subcommands) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.action == "up":
         hosts_file = sandbox.up(args.nodes, args.release, args.state_dir, args.inventory_dir, args.net,
-                                args.cache_dir)
+                                args.cache_dir, arch=args.arch)
         print(hosts_file.parent)
         return 0
     if args.action == "status":
@@ -43,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
             print("sandbox: no nodes")
         else:
             for row in rows:
-                print(f"{row['node']:10} {row['address']:15} {row['release']:9} "
+                print(f"{row['node']:10} {row['address']:15} {row['release']:9} {row['arch']:6} "
                       f"{'running' if row['running'] else 'stopped':8} ssh={'up' if row['ssh'] else 'down'}")
         return 0 if rows and all(r["running"] and r["ssh"] for r in rows) else 1
     sandbox.down(args.state_dir)

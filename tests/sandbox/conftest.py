@@ -122,14 +122,14 @@ def leftovers(state_dir: Path) -> list[str]:
 
 
 @contextmanager
-def booted_sandbox(tmp_path_factory, release: str, net: str, nodes: int):
+def booted_sandbox(tmp_path_factory, release: str, net: str, nodes: int, arch: str | None = None):
     """Boot nodes in private dirs; on exit tear down and prove nothing is left behind."""
     _require_sandbox_tools()
     state_dir = tmp_path_factory.mktemp(f"sandbox-{release}-state")
     inventory_dir = tmp_path_factory.mktemp(f"sandbox-{release}-inventory")
     try:
         sandbox.up(nodes=nodes, release=release, state_dir=state_dir, inventory_dir=inventory_dir, net=net,
-                   log=lambda *_: None)
+                   log=lambda *_: None, arch=arch)
         box = sandbox.Sandbox.load(state_dir)
         yield SandboxHandle(state_dir, inventory_dir, box.nodes)
     finally:

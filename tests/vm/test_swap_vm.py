@@ -115,6 +115,12 @@ def test_preflight_refuses_a_job_that_does_not_fit_and_swap_stays_on(vm_node, tr
     assert swaps(vm_node) == training_mode
 
 
+FILL_REPORT = "/run/sg-swapfill.jsonl"
+# Swap used, MemAvailable, MemTotal (KiB), then whether the fill still runs.
+FILL_STATE = ("awk '/SwapTotal/{t=$2} /SwapFree/{f=$2} /MemAvailable/{a=$2} /MemTotal/{m=$2} END{print t-f, a, m}' "
+              "/proc/meminfo; systemctl is-active sg-swapfill || true")
+
+
 def test_swapoff_that_would_run_out_of_memory_is_refused_cleanly(vm_node, training_mode):
     """Swap holds more than RAM can take back: training is refused, swap is left exactly as it was.
 
@@ -131,18 +137,22 @@ def test_swapoff_that_would_run_out_of_memory_is_refused_cleanly(vm_node, traini
             "awk '/MemAvailable/{a=$2} /SwapFree/{f=$2} END{print int(a/1024), int(f/1024)}' /proc/meminfo").split())
         overflow_mib = 128
         assert swap_free_mib > overflow_mib + 64, f"the VM's swap ({swap_free_mib} MiB free) is too small for this test"
-        vm_node.check(f"systemd-run --unit sg-swapfill -p OOMScoreAdjust=500 sparkguard-anon-hog "
-                      f"--mib {available_mib + overflow_mib} --comm sg-swapfill")
+        vm_node.check(f"rm -f {FILL_REPORT}; systemd-run --unit sg-swapfill -p OOMScoreAdjust=500 sparkguard-anon-hog "
+                      f"--mib {available_mib + overflow_mib} --comm sg-swapfill --report {FILL_REPORT}")
+        # Wait for the whole fill (its "ready" line), not for the first pages in swap: the kernel starts
+        # swapping before RAM is full, and a job started then rightly fits (CI once saw exactly that).
         deadline = time.time() + 240
-        used = 0
-        while time.time() < deadline:
-            used = int(vm_node.check("awk '/SwapTotal/{t=$2} /SwapFree/{f=$2} END{print t-f}' /proc/meminfo"))
-            if used > 64 * 1024:
-                break
+        while time.time() < deadline and '"ready"' not in vm_node.check(f"cat {FILL_REPORT} 2>/dev/null || true"):
             time.sleep(3)
-        assert used > 64 * 1024, "the fill did not push pages to swap"
+        state = vm_node.check(FILL_STATE)
+        used, avail, total = (int(state.split()[i]) for i in range(3))
+        assert '"ready"' in vm_node.check(f"cat {FILL_REPORT}"), f"the fill never finished: {state}"
+        assert used > 64 * 1024, f"the fill did not push pages to swap: {state}"
+        percent = vm_node.check("systemctl cat sparkguard-swapoff.service | grep -o 'reserve-percent [0-9]*' || true")
+        reserve = total * int(percent.split()[-1] if percent.strip() else 0) // 100
+        assert used + reserve > avail, f"swap would fit back into RAM, so nothing to refuse: {state}"
         rc, _, err = vm_node.ssh("sparkguard-train -- true", timeout=300)
-        assert rc == 75, err
+        assert rc == 75, (err, state, vm_node.check(FILL_STATE))
         assert "refusing to turn swap off" in vm_node.check("journalctl -u sparkguard-swapoff -n 20 -o cat")
         assert swaps(vm_node) == training_mode
         assert vm_node.check(f"systemctl is-active {TARGET} || true").strip() != "active"

@@ -1,0 +1,138 @@
+"""The site on an arm64 node: every target but Strix Halo runs aarch64 user space (DGX Spark / GB10, GH200,
+Jetson Thor), and this is where sparkguard's packages and node-side programs run as arm64 code.
+
+One bookworm arm64 node (127.0.85.x), booted by `sparkguard sandbox up --arch arm64`: the rootfs is Debian's
+arm64 archive, and every program on it (systemd, sshd, apt, earlyoom, Prometheus, python3, sparkguard's
+launcher, agent and collector) runs under qemu user emulation through the kernel's binfmt_misc
+(sparkguard/emulation.py). The kernel is still this machine's: its page size, its cgroups, its MemTotal.
+docs/arm64.md says what that proves and what still needs a real machine.
+
+Few tests, each for something only an arm64 user space can show; all are slow under emulation. The module
+replays memory (the last test), so the full run takes it alone (pyproject's "replay").
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from sparkguard import sandbox
+from sparkguard.converge import site_deploy
+from sparkguard.errors import ConfigError
+from sparkguard.inventory import load_inventory
+from sparkguard.runner import run_deploy
+from tests.conftest import run_cli
+from tests.replay import LAUNCHES, ReplayPlan, assert_incident_outcome, hugepage_budget, install_tools, run_cell
+from tests.reporting import report
+from tests.sandbox.conftest import booted_sandbox, net
+
+pytestmark = pytest.mark.replay
+NODE = "node-1"
+# The example site's roles on this node: monitoring on (no Alertmanager receiver here), GPU ranking every 0.5 s.
+SITE = ("    monitoring: {enabled: true, alertmanager: {mode: none}}\n"
+        "    earlyoom: {gpu_ranking_interval_s: 0.5}\n")
+TIMES: dict[str, float] = {}
+
+
+@pytest.fixture(scope="module")
+def arm(tmp_path_factory):
+    started = time.monotonic()
+    with booted_sandbox(tmp_path_factory, "bookworm", net("127.0.85"), 1, arch="arm64") as handle:
+        TIMES["boot"] = time.monotonic() - started
+        yield handle
+    report("arm64 node (bookworm, qemu user emulation): " + ", ".join(f"{k} {v:.0f} s" for k, v in TIMES.items()))
+
+
+def sh(arm, command: str) -> str:
+    rc, out, err = arm.ssh(NODE, command)
+    assert rc == 0, (command, out, err)
+    return out.strip()
+
+
+def test_the_node_runs_arm64_user_space_and_says_so(arm):
+    assert sh(arm, "uname -m; dpkg --print-architecture").split() == ["aarch64", "arm64"]
+    assert [(row["arch"], row["running"], row["ssh"]) for row in sandbox.status(arm.state_dir)] == [("arm64", True, True)]
+    handler = Path("/proc/sys/fs/binfmt_misc/qemu-aarch64").read_text()
+    assert handler.startswith("enabled") and "F" in handler.split("flags:")[1].split()[0]
+
+
+def test_an_amd64_only_vllm_image_is_refused_where_auto_turns_out_aarch64(arm, tmp_path):
+    """Nothing declares the architecture (device profile auto): the node's own uname decides, before any change."""
+    inventory = arm.inventory_with(tmp_path / "vllm", "    node: {device_profile: auto}\n    vllm:\n"
+                                   "      cuda_total_gib: 8\n      models: {small: {model: org/small, shape: Llama-3.1-8B,"
+                                   " max_model_len: 4096, max_num_seqs: 4, port: 8000}}\n")
+    with pytest.raises(ConfigError) as refused:
+        run_deploy(load_inventory(inventory), site_deploy)
+    text = "\n".join(refused.value.paragraphs())
+    assert "field 'vllm.image'" in text and "this aarch64 node" in text and "amd64-only" in text, text
+    assert sh(arm, "test -e /etc/sparkguard && echo touched || echo untouched") == "untouched"
+
+
+def test_the_site_applies_with_arm64_packages_a_second_apply_changes_nothing_and_audit_is_green(arm, tmp_path):
+    inventory = arm.inventory_with(tmp_path / "site", SITE)
+    started = time.monotonic()
+    first = run_deploy(load_inventory(inventory), site_deploy)
+    TIMES["fresh apply"] = time.monotonic() - started
+    assert first.ok, json.dumps(first.as_dict(), indent=1, default=str)
+    assert first.hosts[0].node.arch == "aarch64"
+    packages = sh(arm, "dpkg-query -W -f '${Package} ${Architecture}\\n' earlyoom prometheus "
+                       "prometheus-node-exporter python3")
+    assert sorted(packages.splitlines()) == ["earlyoom arm64", "prometheus arm64", "prometheus-node-exporter arm64",
+                                             "python3 arm64"]
+    started = time.monotonic()
+    second = run_deploy(load_inventory(inventory), site_deploy)
+    TIMES["no-op apply"] = time.monotonic() - started
+    assert second.ok and second.changed == 0, second.hosts[0].changed_names
+    audit = run_cli("audit", str(inventory), "--json")
+    checks = json.loads(audit.stdout)["hosts"][0]["checks"]
+    assert audit.returncode == 0, [c for c in checks if not c["ok"]]
+    assert sh(arm, "systemctl is-active earlyoom prometheus prometheus-node-exporter "
+                   "sparkguard-gpu-ranking").split() == ["active"] * 4
+
+
+def test_sparkguard_train_runs_a_job_and_leaves_training_mode(arm):
+    during = sh(arm, "sparkguard-train --name arm -- sh -c 'uname -m; systemctl is-active sparkguard-training.target'")
+    assert during.split()[-2:] == ["aarch64", "active"]
+    assert sh(arm, "systemctl is-active sparkguard-training.target || true") == "inactive"
+
+
+def test_the_gpu_ranking_agent_ranks_a_job_in_one_pass(arm):
+    """STAND-IN nvidia-smi (tests/replay.py: it reports each process's hugetlb pages as GPU memory, as the
+    driver's memory shows in nvidia-smi on GB10): one --once pass of the shipped agent finds the holder."""
+    install_tools(arm, NODE)
+    sh(arm, "systemctl stop sparkguard-gpu-ranking")
+    try:
+        with hugepage_budget(64):
+            sh(arm, "systemd-run --unit sg-arm-hog -q sparkguard-uma-hog --step-mib 64 --interval-s 0.1 "
+                    "--max-mib 64 --hold --comm jaxtrain")
+            deadline = time.time() + 60
+            while not sh(arm, "nvidia-smi"):
+                assert time.time() < deadline, "the hog never held its hugetlb pages"
+                time.sleep(1)
+            sh(arm, "/usr/local/lib/sparkguard/gpu-ranking --config /etc/sparkguard/gpu-ranking.json --once")
+            status = json.loads(sh(arm, "cat /run/sparkguard/gpu-ranking.json"))
+            hog = sh(arm, "systemctl show -p MainPID --value sg-arm-hog")
+            assert status["state"] == "ok", status
+            assert [job["id"].split(":")[0] for job in status["jobs"]] == [hog], status
+            assert 600 <= int(sh(arm, f"cat /proc/{hog}/oom_score_adj")) < 1000
+    finally:
+        arm.ssh(NODE, "systemctl stop sg-arm-hog; systemctl reset-failed sg-arm-hog; systemctl start sparkguard-gpu-ranking")
+
+
+def test_one_victim_replay_the_trainer_dies_first_and_everything_else_lives(arm, tmp_path, monkeypatch):
+    """The seed's job (python3 in a --memory cgroup, its memory in no cgroup) against lines near the host's
+    MemAvailable: earlyoom 1.7 (arm64) sends SIGTERM to the trainer first; serving, the notebook and SSH live."""
+    monkeypatch.setenv("SPARKGUARD_LAB_THRESHOLDS", "1")
+    plan = ReplayPlan.from_host()
+    inventory = arm.inventory_with(tmp_path / "replay", SITE.replace(
+        "gpu_ranking_interval_s: 0.5", f"gpu_ranking_interval_s: 0.5, term_percent: {plan.term_percent}, "
+                                       f"kill_percent: {plan.kill_percent}, report_interval_s: 1"))
+    assert run_deploy(load_inventory(inventory), site_deploy).ok
+    launch = LAUNCHES["python3 in a --memory cgroup"]
+    started = time.monotonic()
+    result = run_cell(arm, NODE, plan, launch)
+    TIMES["replay cell"] = time.monotonic() - started
+    assert_incident_outcome(result, launch)
