@@ -160,7 +160,7 @@ def ensure_rootfs(release: str, cache_dir: Path = DEFAULT_CACHE_DIR, log: Log = 
     return target
 
 
-def _prepare_node(node: Node, template: Path, public_key: str, log: Log) -> None:
+def _prepare_node(node: Node, template: Path, public_key: str, log: Log, emulated: bool = False) -> None:
     rootfs = Path(node.rootfs)
     if rootfs.exists():
         shutil.rmtree(rootfs)
@@ -183,6 +183,18 @@ def _prepare_node(node: Node, template: Path, public_key: str, log: Log) -> None
         "PermitRootLogin prohibit-password\n"
         "PasswordAuthentication no\n"
     )
+    if emulated:
+        # qemu user emulation cannot set up two of the namespaces systemd gives a sandboxed unit: a network
+        # namespace (PrivateNetwork=: EIO, the netlink requests that bring up its loopback are not translated)
+        # and a user namespace (PrivateUsers=: EINVAL). A unit asking for either does not start. On an emulated
+        # node every service keeps the node's network and user namespaces; the rest of each unit's sandbox is
+        # unchanged, and the unit files are sparkguard's own. A real arm64 machine needs none of this
+        # (docs/arm64.md).
+        dropin = rootfs / "etc/systemd/system/service.d/50-sparkguard-sandbox-emulation.conf"
+        dropin.parent.mkdir(parents=True, exist_ok=True)
+        dropin.write_text("# Written by `sparkguard sandbox up --arch`: this node runs under qemu user emulation,\n"
+                          "# which cannot set up network or user namespaces (docs/arm64.md).\n"
+                          "[Service]\nPrivateNetwork=no\nPrivateUsers=no\n")
     # An unprivileged operator account with sudo, like the laptop workflow's "ops" user.
     (rootfs / "etc/sudoers.d/ops").write_text("ops ALL=(ALL) NOPASSWD:ALL\n")
     os.chmod(rootfs / "etc/sudoers.d/ops", 0o440)
@@ -329,7 +341,7 @@ def up(nodes: int = 1, release: str = "bookworm", state_dir: Path = DEFAULT_STAT
     known = []
     try:
         for node in box.nodes:
-            _prepare_node(node, template, public_key, log)
+            _prepare_node(node, template, public_key, log, emulated=arch != host_arch())
             pub = (Path(node.rootfs) / "etc/ssh/ssh_host_ed25519_key.pub").read_text().split()
             known.append(f"{node.address} {pub[0]} {pub[1]}\n")
         box.known_hosts.write_text("".join(known))

@@ -60,6 +60,17 @@ def _thresholds(view: AuditView, version: str) -> Check:
     return Check(name, info.earlyoom_version is not None, want, version)
 
 
+def options_of(argv: list[str]) -> list[str]:
+    """A running earlyoom's arguments: from its first option on. Natively /proc/PID/cmdline is the program
+    then its options; under qemu user emulation (an arm64 sandbox node) the program's path comes twice.
+
+    >>> options_of(["/usr/bin/earlyoom", "-m", "8,4"]), options_of(["/usr/bin/earlyoom", "/usr/bin/earlyoom", "-m", "8,4"])
+    (['-m', '8,4'], ['-m', '8,4'])
+    """
+    first = next((i for i, arg in enumerate(argv) if arg.startswith("-")), len(argv))
+    return argv[first:]
+
+
 def checks(view: AuditView) -> list[Check]:
     info, rt, settings = view.info, view.runtime, view.config.earlyoom
     choice = choose_guard(settings, info)
@@ -80,7 +91,8 @@ def checks(view: AuditView) -> list[Check]:
         found.append(Check("earlyoom: running", active == "active", "active", f"{active or 'unknown'} (version {version})"))
         want = earlyoom_args(settings)
         raw = rt.get("earlyoom_cmdline", "")
-        running_args = [a for a in (base64.b64decode(raw).decode(errors="replace").split("\0")[1:] if raw else []) if a]
+        running_args = options_of([a for a in base64.b64decode(raw).decode(errors="replace").split("\0") if a]
+                                  if raw else [])
         found.append(Check("earlyoom: args of the running process", running_args == want, " ".join(want)[:120],
                            (" ".join(running_args) or "no earlyoom process")[:120] if running_args != want else "match"))
         found.append(_thresholds(view, version))
