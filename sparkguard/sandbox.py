@@ -129,8 +129,8 @@ def _require_root() -> None:
 def rootfs_name(release: str, arch: str) -> str:
     """The cache entry of a release and architecture: this machine's own keeps the plain release name.
 
-    >>> rootfs_name("bookworm", host_arch()), rootfs_name("trixie", "arm64" if host_arch() == "amd64" else "amd64")[-6:]
-    ('bookworm', '-arm64')
+    >>> rootfs_name("bookworm", host_arch()), rootfs_name("trixie", "riscv64")
+    ('bookworm', 'trixie-riscv64')
     """
     return release if arch == host_arch() else f"{release}-{arch}"
 
