@@ -115,39 +115,41 @@ def test_preflight_refuses_a_job_that_does_not_fit_and_swap_stays_on(vm_node, tr
     assert swaps(vm_node) == training_mode
 
 
-FILL_REPORT = "/run/sg-swapfill.jsonl"
-# Swap used, MemAvailable, MemTotal (KiB), then whether the fill still runs.
+# Swap used, MemAvailable, MemTotal (KiB), then whether the two hogs still run.
 FILL_STATE = ("awk '/SwapTotal/{t=$2} /SwapFree/{f=$2} /MemAvailable/{a=$2} /MemTotal/{m=$2} END{print t-f, a, m}' "
-              "/proc/meminfo; systemctl is-active sg-swapfill || true")
+              "/proc/meminfo; systemctl is-active sg-swapped sg-swapfill || true")
+
+
+def hog_ready(vm_node, unit: str, args: str) -> None:
+    """Start sparkguard-anon-hog as ``unit`` and wait for its "ready" line (all of its memory touched)."""
+    report = f"/run/{unit}.jsonl"
+    vm_node.check(f"rm -f {report}; systemd-run --unit {unit} {args} --comm {unit} --report {report}")
+    deadline = time.time() + 240
+    while time.time() < deadline and '"ready"' not in vm_node.check(f"cat {report} 2>/dev/null || true"):
+        time.sleep(2)
+    assert '"ready"' in vm_node.check(f"cat {report}"), f"{unit} never finished: {vm_node.check(FILL_STATE)}"
 
 
 def test_swapoff_that_would_run_out_of_memory_is_refused_cleanly(vm_node, training_mode):
     """Swap holds more than RAM can take back: training is refused, swap is left exactly as it was.
 
-    The fill is MemAvailable plus 128 MiB: enough that swap holds more than what is
-    then available (plus earlyoom's reserve), while the rest of the guest keeps room
-    to answer SSH. Filling all of RAM (as an earlier version did) left the TCG guest
-    thrashing for minutes with nothing left for sshd.
+    Built in two steps, without pressure on the whole guest (which on TCG let the kernel's OOM killer take
+    the fill, and then the job rightly fitted): a hog in a 64 MiB memory cgroup pushes ~128 MiB of its own
+    pages to swap; a second hog then takes what is available but 96 MiB. Swap now holds more than is
+    available above earlyoom's reserve, and the guest keeps room to answer SSH.
     """
     hog = (REPO / "tools" / "sparkguard-anon-hog").read_text()
     vm_node.check("systemctl stop earlyoom && cat > /usr/local/bin/sparkguard-anon-hog <<'SGEOF'\n"
                   f"{hog}SGEOF\nchmod +x /usr/local/bin/sparkguard-anon-hog")
     try:
-        available_mib, swap_free_mib = map(int, vm_node.check(
-            "awk '/MemAvailable/{a=$2} /SwapFree/{f=$2} END{print int(a/1024), int(f/1024)}' /proc/meminfo").split())
-        overflow_mib = 128
-        assert swap_free_mib > overflow_mib + 64, f"the VM's swap ({swap_free_mib} MiB free) is too small for this test"
-        vm_node.check(f"rm -f {FILL_REPORT}; systemd-run --unit sg-swapfill -p OOMScoreAdjust=500 sparkguard-anon-hog "
-                      f"--mib {available_mib + overflow_mib} --comm sg-swapfill --report {FILL_REPORT}")
-        # Wait for the whole fill (its "ready" line), not for the first pages in swap: the kernel starts
-        # swapping before RAM is full, and a job started then rightly fits (CI once saw exactly that).
-        deadline = time.time() + 240
-        while time.time() < deadline and '"ready"' not in vm_node.check(f"cat {FILL_REPORT} 2>/dev/null || true"):
-            time.sleep(3)
+        swap_free_mib = int(vm_node.check("awk '/SwapFree/{print int($2/1024)}' /proc/meminfo"))
+        assert swap_free_mib > 192, f"the VM's swap ({swap_free_mib} MiB free) is too small for this test"
+        hog_ready(vm_node, "sg-swapped", "-p MemoryMax=64M -p MemorySwapMax=infinity sparkguard-anon-hog --mib 192")
+        available_mib = int(vm_node.check("awk '/MemAvailable/{print int($2/1024)}' /proc/meminfo"))
+        hog_ready(vm_node, "sg-swapfill", f"-p OOMScoreAdjust=500 sparkguard-anon-hog --mib {available_mib - 96}")
         state = vm_node.check(FILL_STATE)
         used, avail, total = (int(state.split()[i]) for i in range(3))
-        assert '"ready"' in vm_node.check(f"cat {FILL_REPORT}"), f"the fill never finished: {state}"
-        assert used > 64 * 1024, f"the fill did not push pages to swap: {state}"
+        assert used > 96 * 1024, f"the capped hog did not push its pages to swap: {state}"
         percent = vm_node.check("systemctl cat sparkguard-swapoff.service | grep -o 'reserve-percent [0-9]*' || true")
         reserve = total * int(percent.split()[-1] if percent.strip() else 0) // 100
         assert used + reserve > avail, f"swap would fit back into RAM, so nothing to refuse: {state}"
@@ -157,5 +159,5 @@ def test_swapoff_that_would_run_out_of_memory_is_refused_cleanly(vm_node, traini
         assert swaps(vm_node) == training_mode
         assert vm_node.check(f"systemctl is-active {TARGET} || true").strip() != "active"
     finally:
-        vm_node.ssh("systemctl stop sg-swapfill; systemctl reset-failed sg-swapfill sparkguard-swapoff "
-                    f"{TARGET}; systemctl start earlyoom", timeout=300)
+        vm_node.ssh("systemctl stop sg-swapfill sg-swapped; systemctl reset-failed sg-swapfill sg-swapped "
+                    f"sparkguard-swapoff {TARGET}; systemctl start earlyoom", timeout=300)
