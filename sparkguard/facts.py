@@ -13,7 +13,10 @@ from dataclasses import dataclass, field
 
 from pyinfra.api.facts import FactBase
 
-# One round trip: every probe degrades to an empty value, never a failed host.
+from . import registry
+
+# One round trip: every probe degrades to an empty value, never a failed host. The roles add their own
+# lines (``Role.fact_probe``, see ``probe_lines``); their keys land in ``NodeInfo.raw``.
 PROBE = r"""
 LC_ALL=C
 echo "memtotal_kb=$(awk '/^MemTotal:/{print $2}' /proc/meminfo)"
@@ -22,10 +25,6 @@ if [ -r /etc/os-release ]; then . /etc/os-release; fi
 echo "distro_id=${ID:-}"
 echo "distro_version=${VERSION_ID:-}"
 echo "init=$(cat /proc/1/comm 2>/dev/null)"
-echo "earlyoom_version=$(earlyoom -v 2>&1 | head -n1)"
-echo "earlyoom_candidate=$(apt-cache policy earlyoom 2>/dev/null | awk '/Candidate:/{print $2}')"
-echo "nohang_version=$(dpkg-query -W -f '${Version}' nohang 2>/dev/null)"
-echo "nohang_candidate=$(apt-cache policy nohang 2>/dev/null | awk '/Candidate:/{print $2}')"
 echo "swaps=$(tail -n +2 /proc/swaps 2>/dev/null | awk '{printf "%s:%s:%s;", $1, $2, $3}')"
 echo "gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n1)"
 echo "dt_model=$(tr -d '\000' < /proc/device-tree/model 2>/dev/null)"
@@ -33,7 +32,6 @@ echo "cpu_model=$(grep -m1 -E '^(model name|Model)[[:space:]]*:' /proc/cpuinfo 2
 echo "rocm_gfx=$(rocminfo 2>/dev/null | grep -m1 -o 'gfx[0-9a-f]*')"
 echo "cgroup2=$(test -e /sys/fs/cgroup/cgroup.controllers && echo 1 || echo 0)"
 echo "container=$(systemd-detect-virt --container 2>/dev/null || echo none)"
-true
 """
 
 UNIFIED_CLASSES = {"dgx-spark", "gh200", "jetson", "amd-apu"}
@@ -55,15 +53,12 @@ class NodeInfo:
     distro_id: str = ""
     distro_version: str = ""
     init: str = ""
-    earlyoom_version: tuple[int, ...] | None = None
-    earlyoom_candidate: tuple[int, ...] | None = None
-    # nohang: the low-memory guard where the distro's earlyoom is 1.8+ (installed, else apt's candidate).
-    nohang_version: tuple[int, ...] | None = None
     swaps: tuple[SwapDevice, ...] = ()
     device_class: str = "cpu-only"
     device_evidence: str = ""
     cgroup2: bool = False
     container: bool = False
+    # Every key the probe printed, the roles' own lines' included: a role reads its keys with its own parser.
     raw: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -71,13 +66,14 @@ class NodeInfo:
         return self.device_class in UNIFIED_CLASSES
 
     @property
-    def earlyoom_effective_version(self) -> tuple[int, ...] | None:
-        """What earlyoom will be after apply: the installed one, else what apt would install."""
-        return self.earlyoom_version or self.earlyoom_candidate
-
-    @property
     def memory_total_gib(self) -> float:
         return self.memory_total_bytes / 2**30
+
+
+def probe_lines() -> str:
+    """The facts probe's shell lines: the core's, then each registered role's ``fact_probe`` lines."""
+    extra = [line for role in registry.roles() for line in role.fact_probe] if registry.registered() else []
+    return PROBE + "".join(f"{line}\n" for line in dict.fromkeys(extra))
 
 
 def classify_device(gpu_name: str, dt_model: str, cpu_model: str, rocm_gfx: str) -> tuple[str, str]:
@@ -109,15 +105,6 @@ def classify_device(gpu_name: str, dt_model: str, cpu_model: str, rocm_gfx: str)
     return "cpu-only", "no GPU found by nvidia-smi, device tree or rocminfo"
 
 
-def parse_earlyoom_version(text: str) -> tuple[int, ...] | None:
-    """``earlyoom -v`` prints ``earlyoom v1.7``; apt's candidate looks like ``1.8.2-1``, ``1:1.8.2-1`` (an
-    epoch), ``1.7-2build1`` or ``1.9.0-1ubuntu1`` (Ubuntu), or ``(none)``. None when there is no version."""
-    match = re.search(r"(?:^|\bv|\s|^\d+:)(\d+)\.(\d+)(?:\.(\d+))?", text)
-    if not match or "not found" in text:
-        return None
-    return tuple(int(part) for part in match.groups() if part is not None)
-
-
 def parse_swaps(text: str) -> tuple[SwapDevice, ...]:
     devices = []
     for entry in filter(None, text.split(";")):
@@ -141,10 +128,6 @@ def parse_probe(output: str) -> NodeInfo:
         distro_id=raw.get("distro_id", ""),
         distro_version=raw.get("distro_version", ""),
         init=raw.get("init", ""),
-        earlyoom_version=parse_earlyoom_version(raw.get("earlyoom_version", "")),
-        earlyoom_candidate=parse_earlyoom_version(raw.get("earlyoom_candidate", "")),
-        nohang_version=(parse_earlyoom_version(raw.get("nohang_version", ""))
-                        or parse_earlyoom_version(raw.get("nohang_candidate", ""))),
         swaps=parse_swaps(raw.get("swaps", "")),
         device_class=device_class,
         device_evidence=evidence,
@@ -164,7 +147,7 @@ class NodeFacts(FactBase[NodeInfo]):
     """
 
     def command(self) -> str:
-        return PROBE
+        return probe_lines() + "true\n"
 
     def process(self, output: list[str]) -> NodeInfo:
         return parse_probe("\n".join(output))

@@ -1,7 +1,7 @@
 """One shell script that reads everything a host's desired states are about, and its parser.
 
 `sparkguard audit` and apply's snapshot (sparkguard/snapshot.py) both read a node with it: one SSH
-command prints, line by line, the node's facts (``facts.PROBE``), each package's status, every managed
+command prints, line by line, the node's facts (``facts.probe_lines``), each package's status, every managed
 file's sha256/mode/owner, each service's state, each sysctl's live value, each ``Ensure`` check's result,
 the files an edit works on, what an ``Absent*`` entry finds and what an interrupted apply left behind.
 The script only reads; all comparing happens on the operator's machine.
@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from pyinfra.api import FactBase
 
 from .auditing import ProbeOutput, ensure_key
-from .facts import PROBE, parse_probe
+from .facts import parse_probe, probe_lines
 from .filestate import DIR_HELPER, FS_HELPER, SHELL_SETUP, parse_files, zipped
 from .operations import PENDING_DIR, STAGE_DIR, UPLOAD_DIR, MatchingFiles, TemplateUnits
 from .state import DesiredState
@@ -105,7 +105,7 @@ def state_lines(states: list[DesiredState], for_apply: bool = False) -> list[str
 
 def script(lines: list[str]) -> str:
     """The node's facts, the helpers, then ``lines``; it never fails (every read degrades to a value)."""
-    return "\n".join([PROBE.replace("\ntrue\n", "\n"), f"MANAGER={q(MANAGER)}", HELPERS, *lines, "true"]) + "\n"
+    return "\n".join([probe_lines(), f"MANAGER={q(MANAGER)}", HELPERS, *lines, "true"]) + "\n"
 
 
 class NodeProbe(FactBase[str]):

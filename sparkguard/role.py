@@ -68,6 +68,9 @@ class Role:
     desired_state: Callable[[RoleContext], DesiredState]
     summary: str
     checks: Callable[[HostConfig], Iterable[Problem]] | None = None
+    # Shell lines added to the one node-facts probe (sparkguard.facts.probe_lines), each printing key=value;
+    # the core keeps the values in NodeInfo.raw and the role reads them with its own parser.
+    fact_probe: tuple[str, ...] = ()
     # Checks that need the live node (versions, devices); run on apply before any operation.
     preflight: Callable[[HostConfig, NodeInfo], Iterable[Problem]] | None = None
     # What an operator should see per host in apply's table and JSON ({column: value}), from the

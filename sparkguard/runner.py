@@ -85,7 +85,6 @@ class ApplyResult:
                         "device_class": h.node.device_class,
                         "distro": f"{h.node.distro_id} {h.node.distro_version}".strip(),
                         "arch": h.node.arch or None,
-                        "earlyoom_version": ".".join(map(str, h.node.earlyoom_version or ())) or None,
                     },
                     **h.described,
                 }

@@ -4,6 +4,7 @@ from sparkguard.role import Role
 
 from . import audit
 from .checks import preflight, problems
+from .facts import PROBE_LINES
 from .guard import describe, live_alternatives
 from .settings import EarlyoomSettings
 from .state import desired_state
@@ -15,6 +16,7 @@ ROLE = Role(
     summary="a low-memory guard (earlyoom 1.7, or nohang where earlyoom is 1.8+) kills the training job first and"
             " spares sshd, at lines of MemTotal that hold on unified memory",
     checks=problems,
+    fact_probe=PROBE_LINES,
     preflight=preflight,
     describe=describe,
     live_alternatives=live_alternatives,

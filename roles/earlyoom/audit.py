@@ -9,6 +9,7 @@ from typing import Any
 
 from sparkguard.auditing import AuditView, Check, q
 
+from .facts import guard_versions
 from .guard import FIRST_ANON_RELATIVE, choose_guard
 from .state import RANKING_STATUS, earlyoom_args
 
@@ -53,11 +54,12 @@ def _thresholds(view: AuditView, version: str) -> Check:
     name, want = "earlyoom: thresholds hold on unified memory", "1.7 (MemAvailable/MemTotal)"
     if not info.unified_memory:
         return Check(name, True, want, f"{version}; not a unified-memory node ({info.device_class})")
-    if info.earlyoom_version is not None and info.earlyoom_version >= FIRST_ANON_RELATIVE:
+    installed = guard_versions(info).earlyoom
+    if installed is not None and installed >= FIRST_ANON_RELATIVE:
         accepted = settings.newer_version == "accept-anon-relative"
         return Check(name, accepted, want, f"{version}: percent of MemAvailable+AnonPages, blind to driver memory"
                      + (" (accepted by earlyoom.newer_version)" if accepted else ""))
-    return Check(name, info.earlyoom_version is not None, want, version)
+    return Check(name, installed is not None, want, version)
 
 
 def options_of(argv: list[str]) -> list[str]:
@@ -81,12 +83,13 @@ def checks(view: AuditView) -> list[Check]:
     found = [Check("earlyoom: one low-memory guard", running == [choice.guard] and (not oomd or kept),
                    f"{choice.guard} only ({choice.reason})", actual + (" (systemd-oomd kept: earlyoom.systemd_oomd)"
                                                                        if kept else ""))]
+    versions = guard_versions(info)
     if choice.guard == "nohang":
-        version = ".".join(map(str, info.nohang_version or ())) or "not installed"
-        found.append(Check("earlyoom: thresholds hold on unified memory", info.nohang_version is not None,
+        version = ".".join(map(str, versions.nohang or ())) or "not installed"
+        found.append(Check("earlyoom: thresholds hold on unified memory", versions.nohang is not None,
                            "nohang (MemAvailable against a line of MemTotal)", f"nohang {version}"))
     else:
-        version = ".".join(map(str, info.earlyoom_version or ())) or "not installed"
+        version = ".".join(map(str, versions.earlyoom or ())) or "not installed"
         active = rt.get("earlyoom_active", "")
         found.append(Check("earlyoom: running", active == "active", "active", f"{active or 'unknown'} (version {version})"))
         want = earlyoom_args(settings)

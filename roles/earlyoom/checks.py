@@ -9,6 +9,7 @@ from typing import Any
 from sparkguard.errors import Problem
 from sparkguard.facts import NodeInfo
 
+from .facts import guard_versions
 from .guard import FIRST_ANON_RELATIVE, choose_guard
 from .names import fragment_problem, unit_glob_problem
 
@@ -46,9 +47,10 @@ def _unreadable_version(info: NodeInfo) -> tuple[str, str] | None:
     """A version string the node printed that does not parse: (where it came from, the string), else None."""
     installed = info.raw.get("earlyoom_version", "").strip()
     candidate = info.raw.get("earlyoom_candidate", "").strip()
-    if installed and "not found" not in installed and info.earlyoom_version is None:
+    versions = guard_versions(info)
+    if installed and "not found" not in installed and versions.earlyoom is None:
         return "installed earlyoom (earlyoom -v)", installed[:80]
-    if not info.earlyoom_version and candidate not in ("", "(none)") and info.earlyoom_candidate is None:
+    if not versions.earlyoom and candidate not in ("", "(none)") and versions.earlyoom_candidate is None:
         return "version apt would install (apt-cache policy)", candidate[:80]
     return None
 
@@ -66,18 +68,19 @@ def preflight(config: Any, info: NodeInfo) -> Iterator[Problem]:
                       f" install this earlyoom anyway, or earlyoom.enabled: false")
         return
     choice = choose_guard(settings, info)
+    versions = guard_versions(info)
     if choice.guard == "nohang":
-        if info.nohang_version is None:
+        if versions.nohang is None:
             yield Problem("", "earlyoom.guard", settings.guard,
                           f"this node's guard is nohang ({choice.reason}), but apt has no nohang package here (it is in"
                           f" Debian 12/13 and Ubuntu universe): enable that archive, or set earlyoom.guard: earlyoom"
                           f" with a 1.7 earlyoom, or earlyoom.enabled: false")
         return
-    version = info.earlyoom_effective_version
+    version = versions.earlyoom_effective
     if version is None or version < FIRST_ANON_RELATIVE or settings.newer_version != "refuse":
         return
     shown = ".".join(map(str, version))
-    source = "installed" if info.earlyoom_version else "the version apt would install"
+    source = "installed" if versions.earlyoom else "the version apt would install"
     yield Problem(
         "", "earlyoom.guard", settings.guard,
         f"this node's earlyoom is {shown} ({source}). From 1.8 on, earlyoom computes its percentage as "

@@ -24,6 +24,7 @@ from typing import Any
 
 from sparkguard.facts import NodeInfo
 
+from .facts import guard_versions
 from .settings import EarlyoomSettings
 
 FIRST_ANON_RELATIVE = (1, 8)
@@ -32,7 +33,7 @@ UNITS = {"earlyoom": "earlyoom.service", "nohang": "nohang.service"}
 # The packages' other units that would also run a guard: Debian's nohang enables both, and they conflict.
 EXTRA_UNITS = {"earlyoom": (), "nohang": ("nohang-desktop.service",)}
 # What a Debian 13 / Ubuntu 26.04 node reports, for the audit's one-round-trip probe of an 'auto' host.
-NEWER_DISTRO = NodeInfo(memory_total_bytes=0, earlyoom_candidate=(1, 8, 2), nohang_version=(0, 2, 0))
+NEWER_DISTRO = NodeInfo(memory_total_bytes=0, raw={"earlyoom_candidate": "1.8.2-1", "nohang_candidate": "0.2.0-3"})
 
 
 @dataclass(frozen=True)
@@ -62,16 +63,17 @@ def choose_guard(settings: EarlyoomSettings, live: NodeInfo | None) -> GuardChoi
     if live is None:
         return GuardChoice("earlyoom", "auto; render cannot see the node and assumes earlyoom 1.7 "
                                        "(a node whose earlyoom is 1.8+ gets nohang on apply)")
-    version = live.earlyoom_effective_version
-    if version is None and live.nohang_version is not None:
-        return GuardChoice("nohang", f"auto: apt has no earlyoom here; nohang {_version(live.nohang_version)} "
+    versions = guard_versions(live)
+    version = versions.earlyoom_effective
+    if version is None and versions.nohang is not None:
+        return GuardChoice("nohang", f"auto: apt has no earlyoom here; nohang {_version(versions.nohang)} "
                                      f"measures against MemTotal")
     if version is None or version < FIRST_ANON_RELATIVE:
         return GuardChoice("earlyoom", f"auto: earlyoom {_version(version)} measures against MemTotal")
     if settings.newer_version == "accept-anon-relative":
         return GuardChoice("earlyoom", f"auto: earlyoom {_version(version)} accepted (earlyoom.newer_version)")
     return GuardChoice("nohang", f"auto: earlyoom {_version(version)} ignores driver memory; nohang "
-                                 f"{_version(live.nohang_version)} measures against MemTotal")
+                                 f"{_version(versions.nohang)} measures against MemTotal")
 
 
 def live_alternatives(config: Any) -> tuple[NodeInfo, ...]:
@@ -84,5 +86,6 @@ def describe(config: Any, live: NodeInfo | None) -> dict[str, str]:
     choice = choose_guard(config.earlyoom, live)
     if live is None:
         return {"guard": choice.guard, "guard_reason": choice.reason}
-    version = live.nohang_version if choice.guard == "nohang" else live.earlyoom_effective_version
+    versions = guard_versions(live)
+    version = versions.nohang if choice.guard == "nohang" else versions.earlyoom_effective
     return {"guard": f"{choice.guard} {_version(version)}", "guard_reason": choice.reason}

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import pytest
 
-from sparkguard.facts import classify_device, parse_earlyoom_version, parse_probe
+from sparkguard import facts
+from sparkguard.facts import classify_device, parse_probe
 
 SPARK_PROBE = """memtotal_kb=127605284
 arch=aarch64
@@ -47,28 +48,28 @@ def test_parse_probe_spark():
     info = parse_probe(SPARK_PROBE)
     assert info.unified_memory and info.device_class == "dgx-spark"
     assert round(info.memory_total_gib, 1) == 121.7
-    assert info.earlyoom_version == (1, 7)
+    assert info.raw["earlyoom_version"] == "earlyoom 1.7"  # kept for the role that reads it
     assert info.swaps[0].path == "/swap.img" and info.swaps[0].size_kib == 16777212
     assert info.cgroup2
     assert (info.distro_id, info.arch) == ("ubuntu", "aarch64")
 
 
-@pytest.mark.parametrize("text,expected", [
-    ("earlyoom 1.7", (1, 7)),
-    ("earlyoom v1.8.2", (1, 8, 2)),
-    ("sh: 1: earlyoom: not found", None),
-    ("", None),
-    ("(none)", None),
-    ("1:1.8.2-1", (1, 8, 2)),            # an epoch
-    ("1.7-2build1", (1, 7)),             # Ubuntu rebuild
-    ("1.9.0-1ubuntu1", (1, 9, 0)),       # Ubuntu delta
-    ("2:1.10-1", (1, 10)),
-    ("earlyoom (devel)", None),
-])
-def test_earlyoom_version(text, expected):
-    assert parse_earlyoom_version(text) == expected
-
-
 def test_no_swap_no_gpu():
     info = parse_probe("memtotal_kb=1000\nswaps=\ngpu_name=\n")
     assert info.swaps == () and info.device_class == "cpu-only" and not info.unified_memory
+
+
+def test_the_core_probe_names_no_role_and_each_registered_roles_lines_join_it(monkeypatch):
+    """The core's probe reads the node only; a role's own facts (earlyoom's versions) come from its fact_probe."""
+    from roles import ROLES
+    from sparkguard import registry
+
+    assert "earlyoom" not in facts.PROBE and "nohang" not in facts.PROBE
+    monkeypatch.setattr(registry, "_roles", ())
+    assert facts.probe_lines() == facts.PROBE
+    registry.use(ROLES)
+    lines = facts.probe_lines()
+    for role in ROLES:
+        for line in role.fact_probe:
+            assert f"\n{line}\n" in lines
+    assert "earlyoom_version=" in facts.NodeFacts().command()
