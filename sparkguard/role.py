@@ -94,8 +94,10 @@ class Role:
     # alone (sparkguard.deploys) brings them along.
     uses: tuple[str, ...] = ()
     # Roles whose settings this one reads (their defaults where that role is off), through
-    # sparkguard.hostconfig.settings_of and their settings class: earlyoom spares vllm's band, swap reserves
-    # earlyoom's SIGTERM line, monitoring places its alerts on earlyoom's lines. A read is not a requirement.
+    # sparkguard.hostconfig.settings_of and their settings class, or whose names it uses (that role's
+    # interface.py: a unit, a target, a file it owns): earlyoom spares vllm's band and knows swap's job units,
+    # swap reserves earlyoom's SIGTERM line and reads budget's file, monitoring places its alerts on earlyoom's
+    # lines. A read is not a requirement.
     reads: tuple[str, ...] = ()
 
     def enabled(self, config: HostConfig) -> bool:

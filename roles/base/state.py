@@ -7,20 +7,13 @@ from pathlib import Path
 from typing import Any
 
 from sparkguard import __version__
-from sparkguard.layout import (
-    CONFIG_DIR,
-    LIB_DIR,
-    NODE_JSON,
-    STATE_DIR,
-    SYSCTL_CHECK,
-    TEXTFILE_DIR,
-    TRAINING_TARGET,
-    unit_path,
-)
+from sparkguard.layout import CONFIG_DIR, LIB_DIR, STATE_DIR, TEXTFILE_DIR, unit_path
 from sparkguard.role import RoleContext
 from sparkguard.settings import masked_dump
 from sparkguard.state import DesiredState, Directory, ManagedFile
 from sparkguard.templating import render_template
+
+from .interface import NODE_JSON, SYSCTL_CHECK, TRAINING_TARGET
 
 SYSCTL_CHECK_SOURCE = Path(__file__).with_name("sysctl-check.sh")  # shipped as it is
 

@@ -22,5 +22,5 @@ ROLE = Role(
     live_alternatives=live_alternatives,
     audit_probe=audit.probe,
     audit_checks=audit.checks,
-    reads=("vllm",),  # serving's band: vllm.oom_score_adj
+    reads=("vllm", "swap"),  # serving's band and units (vllm); training jobs' units (swap)
 )

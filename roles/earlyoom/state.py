@@ -8,21 +8,13 @@ from pathlib import Path
 
 from sparkguard import victim_order
 from sparkguard.hostconfig import settings_of
-from sparkguard.layout import (
-    BIN_DIR,
-    CONFIG_DIR,
-    LIB_DIR,
-    SERVING_UNIT_PREFIX,
-    STATE_DIR,
-    TEXTFILE_DIR,
-    TRAINING_JOB_PREFIX,
-    dropin_path,
-    unit_path,
-)
+from sparkguard.layout import BIN_DIR, CONFIG_DIR, LIB_DIR, STATE_DIR, TEXTFILE_DIR, dropin_path, unit_path
 from sparkguard.role import RoleContext
 from sparkguard.state import DesiredState, Directory, Ensure, ManagedFile, Service
 from sparkguard.templating import render_template, sandbox
 
+from ..swap.interface import TRAINING_JOB_PREFIX
+from ..vllm.interface import SERVING_UNIT_PREFIX
 from ..vllm.settings import VllmSettings
 from . import gpu_ranking
 from .guard import GuardChoice, choose_guard

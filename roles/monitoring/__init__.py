@@ -19,5 +19,5 @@ ROLE = Role(
     fleet_advice=unwatched,
     audit_probe=audit.probe,
     audit_checks=audit.checks,
-    reads=("earlyoom",),  # the alert lines are earlyoom's
+    reads=("earlyoom", "base"),  # the alert lines are earlyoom's; node-metrics follows base's training target
 )

@@ -10,12 +10,12 @@ from typing import Any
 
 import yaml
 
-from sparkguard import layout
 from sparkguard.layout import CONFIG_DIR, LIB_DIR, TEXTFILE_DIR, dropin_path, unit_path
 from sparkguard.role import RoleContext
 from sparkguard.state import DesiredState, ManagedFile, Service
 from sparkguard.templating import render_template, sandbox
 
+from ..base.interface import TRAINING_TARGET  # node-metrics: training mode 0 while it is inactive
 from . import web, webhook
 from .addresses import alertmanager_target, split_host_port
 from .alerts import render_alert_rules
@@ -38,8 +38,6 @@ NODE_METRICS_TIMER = "sparkguard-node-metrics.timer"
 NODE_METRICS_TEXTFILE = f"{TEXTFILE_DIR}/sparkguard_node.prom"
 CADVISOR_UNIT = "sparkguard-cadvisor.service"
 GRAFANA_DIR = f"{CONFIG_DIR}/grafana"
-# Role base installs it; training mode 0 while it is inactive.
-TRAINING_TARGET = layout.TRAINING_TARGET
 NODE_METRICS_SOURCE = Path(__file__).with_name("node-metrics.sh")  # shipped as it is
 WEB_GET_SOURCE = Path(__file__).with_name("web-get.py")  # shipped as it is
 GRAFANA_DATASOURCE = f"{GRAFANA_DIR}/provisioning/datasources/sparkguard.yml"

@@ -15,4 +15,6 @@ ROLE = Role(
     checks=problems,
     audit_probe=audit.probe,
     audit_checks=audit.checks,
+    requires=("base",),
+    requires_why="it validates its sysctl file with base's sysctl-check before the file replaces the live one",
 )

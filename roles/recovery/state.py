@@ -10,11 +10,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from sparkguard.layout import LIB_DIR, STATE_DIR, SYSCTL_CHECK, TEXTFILE_DIR, dropin_path, unit_path
+from sparkguard.layout import LIB_DIR, STATE_DIR, TEXTFILE_DIR, dropin_path, unit_path
 from sparkguard.role import RoleContext
 from sparkguard.state import DesiredState, Directory, Ensure, ManagedFile, Service
 from sparkguard.templating import render_template, sandbox
 
+from ..base.interface import SYSCTL_CHECK
 from .settings import RecoverySettings
 
 WATCHDOG_CONF = "/etc/systemd/system.conf.d/50-sparkguard-watchdog.conf"

@@ -13,7 +13,8 @@ ROLE = Role(
     summary="swap policy (off / on / training-off) and sparkguard-train, which turns swap off for a job",
     audit_probe=audit.probe,
     audit_checks=audit.checks,
-    reads=("earlyoom",),  # the SIGTERM line sparkguard-train reserves memory for
+    # the SIGTERM line sparkguard-train reserves memory for; the budget and vLLM's mode files its preflight reads
+    reads=("earlyoom", "budget", "vllm"),
     requires=("base",),
     requires_why="it installs sparkguard-training.target and node.json",
 )

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from sparkguard.auditing import AuditView, Check
-from sparkguard.layout import TRAINING_TARGET
+
+from ..base.interface import TRAINING_TARGET
 
 EXPECTED = {"off": "no swap, none at boot", "on": "fstab swap active", "training-off": "distro swap; none while training"}
 

@@ -7,28 +7,18 @@ from pathlib import Path
 from typing import Any
 
 from sparkguard.hostconfig import settings_of
-from sparkguard.layout import (
-    BIN_DIR,
-    BUDGET_JSON,
-    CONFIG_DIR,
-    LIB_DIR,
-    NODE_JSON,
-    STATE_DIR,
-    SWAPOFF_SERVICE,
-    SYSCTL_CHECK,
-    TRAINING_JOB_PREFIX,
-    TRAINING_TARGET,
-    VLLM_MODE_DIR,
-    dropin_path,
-    unit_path,
-)
+from sparkguard.layout import BIN_DIR, CONFIG_DIR, LIB_DIR, STATE_DIR, dropin_path, unit_path
 from sparkguard.role import RoleContext
 from sparkguard.state import DesiredState, Directory, Ensure, FileEdit, ManagedFile, Service
 from sparkguard.templating import render_template, sandbox
 
+from ..base.interface import NODE_JSON, SYSCTL_CHECK, TRAINING_TARGET
+from ..budget.interface import BUDGET_JSON
 from ..earlyoom.settings import EarlyoomSettings
+from ..vllm.interface import MODE_DIR as VLLM_MODE_DIR
 from . import train_launcher
 from .fstab import DISABLE, ENABLE, MARKER
+from .interface import SWAPOFF_SERVICE, TRAINING_JOB_PREFIX
 from .settings import SwapSettings
 
 TOGGLE = f"{LIB_DIR}/swap-toggle"

@@ -6,23 +6,17 @@ from typing import Any
 
 import yaml
 
-from sparkguard.layout import (
-    CONFIG_DIR,
-    LIB_DIR,
-    SERVING_UNIT_PREFIX,
-    TRAINING_TARGET,
-    UNIT_DIR,
-    VLLM_MODE_DIR,
-    dropin_path,
-    unit_path,
-)
+from sparkguard.layout import CONFIG_DIR, LIB_DIR, UNIT_DIR, dropin_path, unit_path
 from sparkguard.planner import ServingPlan, fmt_gib, plan_host
 from sparkguard.role import RoleContext
 from sparkguard.secrets import read_secret
 from sparkguard.state import AbsentFiles, AbsentInstances, DesiredState, Directory, ManagedFile, Service
 from sparkguard.templating import render_template, sandbox
 
+from ..base.interface import TRAINING_TARGET
 from .images import DOCKER_HUB_IMAGE, default_image
+from .interface import MODE_DIR as VLLM_MODE_DIR
+from .interface import SERVING_UNIT_PREFIX
 from .options import VLLM_VERSION
 from .settings import ServedModel, VllmSettings
 

@@ -4,7 +4,8 @@
   sparkguard.registry (the CLI, and the adapter plain pyinfra loads as an inventory).
 - A role knows only itself and the roles it declares (Role.requires, uses, reads): it reads another role's
   settings only through that role's settings class (sparkguard.hostconfig.settings_of), never through an
-  untyped ``config.<role>`` or ``ctx.settings("<role>")``, and imports nothing else of it.
+  untyped ``config.<role>`` or ``ctx.settings("<role>")``; of its modules it imports only ``settings`` and
+  ``interface`` (the names it owns and offers: a target, a unit prefix, a file).
 - The product imports nothing from tests/ (the test harness is not shipped).
 """
 
@@ -87,8 +88,9 @@ def cross_role_references(role: str, path: Path, names: set[str]) -> list[tuple[
 
 
 def test_a_role_reads_another_only_typed_and_only_where_it_declares_it():
-    """The meaning-level edges: earlyoom reads vllm (serving's band), swap and monitoring read earlyoom (its
-    lines), vllm reads base (its training target). Each is declared on the Role and goes through the other
+    """The meaning-level edges: earlyoom reads vllm (serving's band and units) and swap (its job units), swap
+    and monitoring read earlyoom (its lines), swap reads budget (its file) and vllm (its mode files), recovery,
+    swap, vllm and monitoring use base's target or sysctl checker. Each is declared on the Role and goes through the other
     role's settings class; an undeclared or untyped read fails here."""
     from roles import ROLES
 
@@ -99,14 +101,14 @@ def test_a_role_reads_another_only_typed_and_only_where_it_declares_it():
         for path in package.rglob("*.py"):
             for other, how in cross_role_references(package.name, path, names):
                 used[package.name].add(other)
-                typed = how == f"import {other}.settings"
+                typed = how in (f"import {other}.settings", f"import {other}.interface")
                 if other not in declared[package.name] or not typed:
                     offenders.setdefault(str(path.relative_to(REPO)), []).append(how)
     assert offenders == {}
     # A declared read that nothing reads is a stale edge.
     assert {role.name: sorted(set(role.reads) - used[role.name]) for role in ROLES if set(role.reads) - used[role.name]} == {}
-    assert used == {"base": set(), "budget": set(), "earlyoom": {"vllm"}, "monitoring": {"earlyoom"},
-                    "recovery": set(), "swap": {"earlyoom"}, "vllm": {"base"}}
+    assert used == {"base": set(), "budget": set(), "earlyoom": {"vllm", "swap"}, "monitoring": {"earlyoom", "base"},
+                    "recovery": {"base"}, "swap": {"earlyoom", "base", "budget", "vllm"}, "vllm": {"base"}}
 
 
 def test_the_edge_check_catches_an_untyped_or_undeclared_read(tmp_path):
@@ -119,6 +121,14 @@ def test_the_edge_check_catches_an_untyped_or_undeclared_read(tmp_path):
     assert sorted(found) == sorted([
         ("vllm", "import vllm.settings"), ("base", "import base.state"), ("vllm", 'untyped settings("vllm")'),
         ("earlyoom", "untyped config.earlyoom"), ("base", "untyped config.base")])
+
+
+def test_the_core_layout_holds_only_shared_directories():
+    """A target, unit or file that one role owns is in that role's interface.py, not in the core's layout."""
+    from sparkguard import layout
+
+    owned = [name for name in vars(layout) if name.isupper() and not name.endswith("_DIR")]
+    assert owned == []
 
 
 def test_the_product_imports_nothing_from_tests():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 import sparkguard.deploys as deploys
+from sparkguard.desired import states_for
 from sparkguard.errors import ConfigError
 
 
@@ -29,6 +30,18 @@ def test_each_role_alone_validates_with_what_it_declares_it_needs(name):
                     "port": 8000}}}}.get(name, {})
     config = deploys.role_config("gpu-01", name, settings, {"memory_total_gib": 121.7, "device_profile": "dgx-spark"})
     assert getattr(config, name).enabled
+
+
+def test_recovery_alone_brings_base_whose_sysctl_check_validates_its_file():
+    """recovery validates its sysctl file with base's sysctl-check: a deploy of recovery alone once left base off,
+    and on a fresh node the validation had no program to run."""
+    from roles.base.interface import SYSCTL_CHECK
+    from roles.recovery.state import SYSCTL_FILE
+
+    config = deploys.role_config("gpu-01", "recovery", {}, {"memory_total_gib": 121.7})
+    assert config.base.enabled and config.recovery.enabled
+    files = {f.path: f for state in states_for("gpu-01", config) for f in state.files}
+    assert files[SYSCTL_FILE].validate.startswith(SYSCTL_CHECK) and SYSCTL_CHECK in files
 
 
 @pytest.mark.parametrize(("settings", "field", "words"), [

@@ -99,7 +99,9 @@ def test_a_role_whose_required_role_is_disabled_is_refused(inventory_dir):
     refused = run_cli("validate", str(inventory_dir(text.replace("{extra}", ""))))
     assert refused.returncode == 2
     assert "host 'h', field 'base.enabled' = False: role swap needs role base" in refused.stderr
-    alone = run_cli("validate", str(inventory_dir(text.replace("{extra}", "    swap: {enabled: false}\n"))))
+    assert "host 'h', field 'base.enabled' = False: role recovery needs role base (it validates its sysctl" in refused.stderr
+    alone = run_cli("validate", str(inventory_dir(text.replace(
+        "{extra}", "    swap: {enabled: false}\n    recovery: {enabled: false}\n"))))
     assert alone.returncode == 0, alone.stderr
 
 
@@ -107,7 +109,7 @@ def test_serving_that_follows_training_needs_the_target_role_base_installs(inven
     from tests.conftest import run_cli
 
     text = ("all:\n  vars:\n    node: {memory_total_gib: 121.7, device_profile: dgx-spark}\n"
-            "    base: {enabled: false}\n    swap: {enabled: false}\n"
+            "    base: {enabled: false}\n    swap: {enabled: false}\n    recovery: {enabled: false}\n"
             "    vllm: {runtime: native, during_training: POLICY, models: {a: {model: m/x, shape: Llama-3.1-8B,"
             " max_model_len: 4096, max_num_seqs: 2}}}\n  hosts:\n    h: {ssh_host: 192.0.2.1}\n")
     refused = run_cli("validate", str(inventory_dir(text.replace("POLICY", "stop"))))

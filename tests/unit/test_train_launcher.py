@@ -14,9 +14,10 @@ import json
 
 import pytest
 
+from roles.base.interface import TRAINING_TARGET
+from roles.swap.interface import TRAINING_JOB_PREFIX
 from roles.swap.state import TRAIN_CONFIG
 from sparkguard.inventory import load_inventory
-from sparkguard.layout import TRAINING_JOB_PREFIX, TRAINING_TARGET
 from sparkguard.render import host_states
 from tests.conftest import REPO
 
