@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -23,6 +24,7 @@ from .settings import ServedModel, VllmSettings
 VLLM_CONFIG_DIR = f"{CONFIG_DIR}/vllm"
 MODE_DIR = VLLM_MODE_DIR
 MODE_SCRIPT = f"{LIB_DIR}/vllm-mode"
+MODE_SCRIPT_SOURCE = Path(__file__).with_name("mode.sh")  # shipped as it is; its unit passes the paths
 SERVICE_TEMPLATE = f"{SERVING_UNIT_PREFIX}.service"
 TRAINING_TEMPLATE = "sparkguard-vllm-training@.service"
 # Where earlier versions put a copy of the training target; role base owns it now, so it is removed.
@@ -150,8 +152,7 @@ def desired_state(ctx: RoleContext) -> DesiredState:
     ]
     if policy != "keep":
         files += [
-            ManagedFile(MODE_SCRIPT, render_template("vllm/mode.sh.j2", **common), mode="0755",
-                        validate="sh -n {path}"),
+            ManagedFile(MODE_SCRIPT, MODE_SCRIPT_SOURCE.read_text(), mode="0755", validate="sh -n {path}"),
             # It only writes the mode files and asks systemd (AF_UNIX, as root) to restart or stop vLLM.
             ManagedFile(unit_path(TRAINING_TEMPLATE), render_template(
                 "vllm/training@.service.j2", sandbox=sandbox(("/run/sparkguard",), ""), **common),
