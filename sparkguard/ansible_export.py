@@ -29,7 +29,7 @@ from .ansible_play import ROLE_TASKS, header, plays, role_tasks
 from .ansible_secrets import StandIns, traced
 from .errors import ConfigError, Problem
 from .inventory import Inventory, InventoryHost
-from .operations import STAGE_DIR
+from .layout import STAGE_DIR
 from .render import path_inside
 from .state import DesiredState, FileEdit, ManagedFile, Service
 

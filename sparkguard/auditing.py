@@ -16,8 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .facts import NodeInfo
-from .operations import normal_mode
-from .state import DesiredState, ManagedFile
+from .state import DesiredState, ManagedFile, normal_mode
 
 
 @dataclass

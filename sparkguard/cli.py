@@ -35,13 +35,24 @@ def print_json_error(document: dict[str, object]) -> None:
     print(json.dumps({"ok": False, **document}, indent=2, sort_keys=True, default=str))
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The whole command line; ``only``: just that command's parser (``main`` knows it from argv).
+
+    Each command's module imports what it runs: apply, audit and sandbox bring pyinfra and paramiko along,
+    validate, render and plan do not. Registering only the command asked for keeps the offline commands
+    quick to start; ``--help``, completion and anything unrecognised get every command.
+    """
     parser = Parser(prog="sparkguard", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"sparkguard {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=Parser)
-    for name in COMMANDS:
+    for name in (only,) if only in COMMANDS else COMMANDS:
         importlib.import_module(f"sparkguard.commands.{name}").register(sub)
     return parser
+
+
+def command_of(argv: list[str]) -> str | None:
+    """The command ``argv`` names, when it is its first word and a known one (``sparkguard validate ...``)."""
+    return argv[0] if argv and argv[0] in COMMANDS else None
 
 
 def ending(args: argparse.Namespace, error: SparkguardError) -> str | None:
@@ -59,8 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     from . import builtin_roles  # the CLI is an entry point: it chooses the roles the core works with
 
     builtin_roles.register()
-    Parser.json_requested = "--json" in (sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(argv)
+    words = sys.argv[1:] if argv is None else argv
+    Parser.json_requested = "--json" in words
+    args = build_parser(command_of(words)).parse_args(argv)
     as_json = bool(getattr(args, "json", False))
     try:
         code = int(args.func(args) or 0)

@@ -26,8 +26,8 @@ from pyinfra.operations import apt, files, systemd
 from . import livediff, node_lock, registry, snapshot
 from .auditing import ProbeOutput, ensure_key
 from .desired import node_profile
-from .errors import PreflightError, Problem
-from .facts import NodeFacts, NodeInfo
+from .errors import Problem
+from .facts import NodeInfo
 from .filestate import FileState, ManagedFilesState, file_state
 from .hostconfig import HostConfig, host_config_model
 from .operations import (
@@ -53,7 +53,8 @@ from .operations import (
     unit_masked,
 )
 from .operations import service as service_state
-from .probe import absent_files_key, absent_units_key, edit_key, stage_directories
+from .preflight import PreflightError
+from .probe import NodeFacts, absent_files_key, absent_units_key, edit_key, stage_directories
 from .role import Role, RoleContext
 from .state import DesiredState, FileEdit, ManagedFile, is_systemd_unit_path
 

@@ -11,8 +11,6 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from pyinfra.api.exceptions import PyinfraError
-
 # Exit codes: one meaning each, the same in every command (README.md, "Exit codes", is the operator's table).
 EXIT_OK = 0
 EXIT_FAILED = 1          # it ran, and something failed on a node (an apply's operation, an audit's check)
@@ -157,15 +155,6 @@ class ConfigError(SparkguardError):
 
     def as_dict(self) -> dict[str, Any]:
         return {**super().as_dict(), "problems": [p.as_dict() for p in self.problems]}
-
-
-class PreflightError(ConfigError, PyinfraError):
-    """A deploy refused before any operation: its settings are invalid, or the node is not what they declare.
-
-    One type for that one failure, wherever pyinfra builds the deploy: a ConfigError to sparkguard (exit 2
-    or 3, one paragraph per problem), and a PyinfraError to pyinfra, whose own CLI then prints the
-    paragraphs of `pyinfra INVENTORY deploy/site.py` or of a team's deploy file without a traceback.
-    """
 
 
 class NodeBusyError(SparkguardError):

@@ -11,8 +11,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from pyinfra.api.facts import FactBase
-
 from . import registry
 
 # One round trip: every probe degrades to an empty value, never a failed host. The roles add their own
@@ -135,19 +133,3 @@ def parse_probe(output: str) -> NodeInfo:
         container=raw.get("container", "none") not in ("", "none"),
         raw=raw,
     )
-
-
-class NodeFacts(FactBase[NodeInfo]):
-    """Classify a node (unified memory or not) and read MemTotal, swap, earlyoom, init, distro.
-
-    Example::
-
-        info = host.get_fact(NodeFacts)
-        if info.unified_memory: ...
-    """
-
-    def command(self) -> str:
-        return probe_lines() + "true\n"
-
-    def process(self, output: list[str]) -> NodeInfo:
-        return parse_probe("\n".join(output))

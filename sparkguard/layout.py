@@ -10,6 +10,12 @@ BIN_DIR = "/usr/local/bin"
 UNIT_DIR = "/etc/systemd/system"
 # Debian's node_exporter reads this textfile directory; every sparkguard metric lands here.
 TEXTFILE_DIR = "/var/lib/prometheus/node-exporter"
+# Apply's own: where a file is uploaded (in the login's home), staged (next to the file it replaces, so the
+# rename is atomic), and where a restart that has not run yet is remembered. An apply killed between a
+# config change and its restart leaves the marker, and the next apply restarts anyway.
+UPLOAD_DIR = ".sparkguard-upload"
+STAGE_DIR = ".sparkguard-stage"
+PENDING_DIR = f"{STATE_DIR}/pending"
 
 
 def unit_path(name: str) -> str:

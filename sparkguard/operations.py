@@ -23,6 +23,8 @@ from pyinfra.operations import server, systemd
 
 from . import node_lock
 from .filestate import DIR_HELPER, FileState, ManagedFilesState
+from .layout import PENDING_DIR, STAGE_DIR, UPLOAD_DIR
+from .state import normal_mode
 
 Commands = Generator[StringCommand | FileUploadCommand, None, None]
 
@@ -90,15 +92,6 @@ def _touches(*items: str) -> None:
     _footprints[(host.name, host.current_op_hash)] = frozenset(items)
 
 
-def normal_mode(mode: str) -> str:
-    return str(int(str(mode), 8) and oct(int(str(mode), 8))[2:])
-
-
-UPLOAD_DIR = ".sparkguard-upload"
-STAGE_DIR = ".sparkguard-stage"
-# A config change whose restart or reload has not run yet: created with the change, removed by the
-# restart. An apply killed between the two leaves it, and the next apply restarts anyway.
-PENDING_DIR = "/var/lib/sparkguard/pending"
 
 
 def pending_marker(service: str, action: str) -> str:

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from pyinfra.api import FactBase
 
 from .auditing import ProbeOutput, ensure_key
-from .facts import parse_probe, probe_lines
+from .facts import NodeInfo, parse_probe, probe_lines
 from .filestate import DIR_HELPER, FS_HELPER, SHELL_SETUP, parse_files, zipped
 from .operations import PENDING_DIR, STAGE_DIR, UPLOAD_DIR, MatchingFiles, TemplateUnits
 from .state import DesiredState
@@ -151,3 +151,19 @@ def parse_output(text: str) -> ProbeOutput:
     shown = zipped(batch.get("@@UN", []), batch.get("@@UV", []))
     out.units.update({name: dict(p.split("=", 1) for p in value.split() if "=" in p) for name, value in shown.items()})
     return out
+
+
+class NodeFacts(FactBase[NodeInfo]):
+    """Classify a node (unified memory or not) and read MemTotal, swap, earlyoom, init, distro.
+
+    Example::
+
+        info = host.get_fact(NodeFacts)
+        if info.unified_memory: ...
+    """
+
+    def command(self) -> str:
+        return probe_lines() + "true\n"
+
+    def process(self, output: list[str]) -> NodeInfo:
+        return parse_probe("\n".join(output))

@@ -165,3 +165,13 @@ class DesiredState:
             if managed.path == path:
                 return managed
         raise KeyError(path)
+
+
+def normal_mode(mode: str) -> str:
+    """A file mode as stat prints it ('0644' and '644' are both '644'; '0' stays '0'): how a managed file's
+    declared mode is compared with what a node reports.
+
+    >>> normal_mode("0644"), normal_mode("755"), normal_mode("0")
+    ('644', '755', '0')
+    """
+    return str(int(str(mode), 8) and oct(int(str(mode), 8))[2:])
