@@ -40,14 +40,12 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-# Role swap writes the node's layout here (roles/swap/state.py TRAIN_CONFIG); configure() reads it.
+# Role swap writes the node's layout here (roles/swap/state.py TRAIN_CONFIG); load_layout() reads it.
 CONFIG = Path("/etc/sparkguard/train.json")
-TARGET = JOB_PREFIX = SWAPOFF_SERVICE = ""
-NODE_JSON = RUNS = BUDGET_JSON = VLLM_MODE_DIR = Path()
-EARLYOOM_DEFAULT_TERM = 0.0
 VLLM_UNIT = "sparkguard-vllm@{}.service"
 DOCKER_STOP_S = 20
 REFUSED = 75
@@ -55,18 +53,32 @@ PASS_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "VIRTUAL_ENV", "PYTHONPATH")
 PASS_PREFIXES = ("CUDA_", "HF_", "TORCH", "PYTORCH_", "NCCL_", "OMP_", "TRANSFORMERS_", "WANDB_")
 
 
-def configure(config: dict[str, Any]) -> None:
-    """Take every path and name from role swap's train.json: each value has one source, the role."""
-    global TARGET, JOB_PREFIX, SWAPOFF_SERVICE, NODE_JSON, RUNS, BUDGET_JSON, VLLM_MODE_DIR, EARLYOOM_DEFAULT_TERM
-    TARGET, JOB_PREFIX, SWAPOFF_SERVICE = config["training_target"], config["job_prefix"], config["swapoff_service"]
-    NODE_JSON, RUNS = Path(config["node_json"]), Path(config["runs_dir"])
-    BUDGET_JSON, VLLM_MODE_DIR = Path(config["budget_json"]), Path(config["vllm_mode_dir"])
-    EARLYOOM_DEFAULT_TERM = float(config["term_percent"])
+@dataclass(frozen=True)
+class Layout:
+    """Every path and name the launcher works with, from role swap's train.json: each value has one source, the
+    role. Read once in main() and handed to what needs it (tests build their own)."""
+
+    target: str              # the training target (role base)
+    job_prefix: str          # each job's transient unit: PREFIX + name + time
+    swapoff_service: str     # whose journal says why training mode could not start
+    node_json: Path          # the node's validated settings (earlyoom's SIGTERM line)
+    runs: Path               # each job's outcome, and last.json
+    budget_json: Path        # the node's budget (role budget): what training mode frees
+    vllm_mode_dir: Path      # which vLLM servers are in training mode now (role vllm)
+    earlyoom_default_term: float  # earlyoom's SIGTERM line when node.json cannot be read
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> "Layout":
+        return cls(target=str(config["training_target"]), job_prefix=str(config["job_prefix"]),
+                   swapoff_service=str(config["swapoff_service"]), node_json=Path(config["node_json"]),
+                   runs=Path(config["runs_dir"]), budget_json=Path(config["budget_json"]),
+                   vllm_mode_dir=Path(config["vllm_mode_dir"]),
+                   earlyoom_default_term=float(config["term_percent"]))
 
 
-def load_config() -> None:
+def load_layout() -> Layout:
     try:
-        configure(json.loads(CONFIG.read_text()))
+        return Layout.from_config(json.loads(CONFIG.read_text()))
     except (OSError, ValueError, KeyError, TypeError) as error:
         say(f"{CONFIG} is missing or unreadable ({error}): apply sparkguard (role swap) to this node first")
         sys.exit(REFUSED)
@@ -80,14 +92,15 @@ def meminfo() -> dict[str, int]:
     return values
 
 
-def term_percent() -> float:
+def term_percent(layout: Layout) -> float:
     """earlyoom's SIGTERM line from node.json (the node's validated settings)."""
+    default = layout.earlyoom_default_term
     try:
-        settings = json.loads(NODE_JSON.read_text())["settings"]
+        settings = json.loads(layout.node_json.read_text())["settings"]
         earlyoom = settings.get("earlyoom", {})
-        return float(earlyoom.get("term_percent", EARLYOOM_DEFAULT_TERM)) if earlyoom.get("enabled", True) else 0.0
+        return float(earlyoom.get("term_percent", default)) if earlyoom.get("enabled", True) else 0.0
     except (OSError, ValueError, KeyError):
-        return EARLYOOM_DEFAULT_TERM
+        return default
 
 
 def gib(value: float) -> str:
@@ -102,14 +115,14 @@ def systemctl(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["systemctl", *args], capture_output=True, text=True)
 
 
-def training_mode_frees() -> tuple[int, list[str]]:
+def training_mode_frees(layout: Layout) -> tuple[int, list[str]]:
     """Bytes that entering training mode will free, by the node's budget: servers that shrink or stop.
 
     Only servers running now at full size count (one already in training mode
     frees nothing more); a missing or unreadable budget counts nothing.
     """
     try:
-        budget = json.loads(BUDGET_JSON.read_text())
+        budget = json.loads(layout.budget_json.read_text())
         servers = budget.get("serving", [])
     except (OSError, ValueError, AttributeError):
         return 0, []
@@ -120,7 +133,7 @@ def training_mode_frees() -> tuple[int, list[str]]:
             gain = int(server["footprint_bytes"]) - int(server["during_training_bytes"])
         except (KeyError, TypeError, ValueError):
             continue
-        if gain <= 0 or (VLLM_MODE_DIR / f"{name}.mode").exists():
+        if gain <= 0 or (layout.vllm_mode_dir / f"{name}.mode").exists():
             continue
         if systemctl("is-active", VLLM_UNIT.format(name)).stdout.strip() != "active":
             continue
@@ -129,14 +142,14 @@ def training_mode_frees() -> tuple[int, list[str]]:
     return freed, notes
 
 
-def preflight(peak_gib: float | None) -> None:
+def preflight(layout: Layout, peak_gib: float | None) -> None:
     if peak_gib is None:
         return
     mem = meminfo()
-    percent = term_percent()
+    percent = term_percent(layout)
     reserve = mem["MemTotal"] * percent / 100
     need = peak_gib * 2**30 + reserve
-    freed, notes = training_mode_frees()
+    freed, notes = training_mode_frees(layout)
     have = mem["MemAvailable"] + freed
     freeing = f" + {gib(freed)} that training mode frees ({', '.join(notes)})" if freed else ""
     if have < need:
@@ -149,10 +162,10 @@ def preflight(peak_gib: float | None) -> None:
         say(f"preflight: {gib(need)} needed; MemAvailable {gib(mem['MemAvailable'])}{freeing}")
 
 
-def enter_training_mode() -> None:
-    result = systemctl("start", TARGET)
+def enter_training_mode(layout: Layout) -> None:
+    result = systemctl("start", layout.target)
     if result.returncode != 0:
-        log = subprocess.run(["journalctl", "-u", SWAPOFF_SERVICE, "-n", "5", "-o", "cat", "--no-pager"],
+        log = subprocess.run(["journalctl", "-u", layout.swapoff_service, "-n", "5", "-o", "cat", "--no-pager"],
                              capture_output=True, text=True).stdout
         say(f"refused: training mode could not start (swap could not be turned off). Nothing was started.\n{log}")
         sys.exit(REFUSED)
@@ -261,14 +274,14 @@ def job_user() -> tuple[list[str], dict[str, str]]:
     return [f"--uid={uid}", f"--gid={gid}"], identity
 
 
-def run_job(cmd: list[str], unit: str, docker: bool) -> int:
+def run_job(layout: Layout, cmd: list[str], unit: str, docker: bool) -> int:
     self_path = Path(sys.argv[0]).resolve()
     env = {k: v for k, v in os.environ.items() if k in PASS_ENV or k.startswith(PASS_PREFIXES)}
     user, identity = ([], {}) if docker else job_user()   # the docker client runs as root, like `sudo docker`
     env.update(identity)
     container = unit.removesuffix(".service")
     # "+": the bookkeeping runs as root even when the job runs as the sudo user (it writes
-    # RUNS and stops TARGET).
+    # the runs directory and stops the target).
     stop = []
     if docker:
         stop = [f"--property=ExecStop=+{self_path} --stop-container {container}",
@@ -279,7 +292,7 @@ def run_job(cmd: list[str], unit: str, docker: bool) -> int:
     mark = [] if docker else ["--property=OOMScoreAdjust=1000"]
     run = ["systemd-run", "--quiet", "--wait", "--collect", f"--unit={unit}",
            f"--description=sparkguard training job: {' '.join(cmd)[:200]}",
-           *mark, f"--property=Requires={TARGET}", f"--property=After={TARGET}",
+           *mark, f"--property=Requires={layout.target}", f"--property=After={layout.target}",
            *stop, f"--property=ExecStopPost={finish}",
            f"--working-directory={os.getcwd()}", *user, *(f"--setenv={k}={v}" for k, v in sorted(env.items())),
            "--", *(literal(arg) for arg in cmd)]
@@ -298,15 +311,15 @@ def run_job(cmd: list[str], unit: str, docker: bool) -> int:
     waiter.wait()
     time.sleep(0.5)
     follower.terminate()
-    record = read_record(unit)
+    record = read_record(layout, unit)
     if record is None:
         say(f"{unit} ended; no outcome recorded (see journalctl -u {unit})")
         return 1
     return report(record)
 
 
-def read_record(unit: str, wait_s: float = 5.0) -> dict[str, Any] | None:
-    path = RUNS / f"{unit}.json"
+def read_record(layout: Layout, unit: str, wait_s: float = 5.0) -> dict[str, Any] | None:
+    path = layout.runs / f"{unit}.json"
     deadline = time.time() + wait_s
     while time.time() < deadline:
         if path.exists():
@@ -348,7 +361,7 @@ def container_state(container: str) -> dict[str, Any]:
         return {}
 
 
-def stop_container(container: str) -> int:
+def stop_container(layout: Layout, container: str) -> int:
     """ExecStop of a --docker job: stop the container (SIGTERM to its init, SIGKILL after {DOCKER_STOP_S} s).
 
     systemd runs it however the job ends; a mark says whether the container was
@@ -356,7 +369,7 @@ def stop_container(container: str) -> int:
     """
     state = container_state(container)
     if state.get("Running"):
-        (RUNS / f"{container}.stopped").write_text(time.strftime("%Y-%m-%d %H:%M:%S %Z") + "\n")
+        (layout.runs / f"{container}.stopped").write_text(time.strftime("%Y-%m-%d %H:%M:%S %Z") + "\n")
         docker("stop", f"--time={DOCKER_STOP_S}", container)
     return 0
 
@@ -382,7 +395,7 @@ def earlyoom_kills_since(started: str, patient: bool) -> list[str]:
         time.sleep(0.5)
 
 
-def finished(unit: str, container: str | None) -> int:
+def finished(layout: Layout, unit: str, container: str | None) -> int:
     """ExecStopPost of every job (as root): record the outcome, then leave training mode if no job is left."""
     how = os.environ.get("EXIT_CODE", "")
     status = os.environ.get("EXIT_STATUS", "")
@@ -406,25 +419,25 @@ def finished(unit: str, container: str | None) -> int:
         "earlyoom_kills_during_job": kills,
     }
     if container:
-        record.update(container_outcome(container, kills))
-    RUNS.mkdir(parents=True, exist_ok=True)
-    for path in (RUNS / f"{unit}.json", RUNS / "last.json"):
+        record.update(container_outcome(layout, container, kills))
+    layout.runs.mkdir(parents=True, exist_ok=True)
+    for path in (layout.runs / f"{unit}.json", layout.runs / "last.json"):
         path.write_text(json.dumps(record, indent=2) + "\n")
         path.chmod(0o644)
-    if not running_jobs(("active", "activating", "reloading"), besides=unit):
-        systemctl("stop", "--no-block", TARGET)
+    if not running_jobs(layout, ("active", "activating", "reloading"), besides=unit):
+        systemctl("stop", "--no-block", layout.target)
     return 0
 
 
-def running_jobs(states: tuple[str, ...], besides: str = "") -> list[str]:
+def running_jobs(layout: Layout, states: tuple[str, ...], besides: str = "") -> list[str]:
     """Job units in one of ``states`` (systemd's ACTIVE column), other than ``besides``."""
     out = systemctl("list-units", "--plain", "--no-legend", f"--state={','.join(states)}",
-                    f"{JOB_PREFIX}*.service").stdout
+                    f"{layout.job_prefix}*.service").stdout
     names = [line.split()[0] for line in out.splitlines() if line.split()]
-    return [name for name in names if name.startswith(JOB_PREFIX) and name != besides]
+    return [name for name in names if name.startswith(layout.job_prefix) and name != besides]
 
 
-def leave_if_idle() -> int:
+def leave_if_idle(layout: Layout) -> int:
     """The reaper timer's check while training mode is on: leave it when no job holds it.
 
     A job's end leaves training mode (finished()), but a launcher killed between
@@ -434,16 +447,16 @@ def leave_if_idle() -> int:
     target back in (Requires=), so leaving is always safe. Jobs that are stopping
     still count: their own end leaves training mode.
     """
-    if systemctl("is-active", TARGET).stdout.strip() != "active":
+    if systemctl("is-active", layout.target).stdout.strip() != "active":
         return 0
-    if running_jobs(("active", "activating", "deactivating", "reloading")):
+    if running_jobs(layout, ("active", "activating", "deactivating", "reloading")):
         return 0
-    say(f"no training job holds {TARGET} (its launcher ended before starting one): leaving training mode")
-    systemctl("stop", "--no-block", TARGET)
+    say(f"no training job holds {layout.target} (its launcher ended before starting one): leaving training mode")
+    systemctl("stop", "--no-block", layout.target)
     return 0
 
 
-def container_outcome(container: str, kills: list[str]) -> dict[str, Any]:
+def container_outcome(layout: Layout, container: str, kills: list[str]) -> dict[str, Any]:
     """What became of a --docker job's container; it is removed here however the job ended.
 
     earlyoom's log names the host PID it signalled, and the container's processes
@@ -452,7 +465,7 @@ def container_outcome(container: str, kills: list[str]) -> dict[str, Any]:
     (exit 143/137), and this job's own stop did not end it.
     """
     state = container_state(container)
-    stopped_mark = RUNS / f"{container}.stopped"
+    stopped_mark = layout.runs / f"{container}.stopped"
     stopped_by_job = stopped_mark.exists()
     stopped_mark.unlink(missing_ok=True)
     if state.get("Running"):
@@ -477,11 +490,12 @@ def container_outcome(container: str, kills: list[str]) -> dict[str, Any]:
     return outcome
 
 
-def status(as_json: bool) -> int:
-    mode = systemctl("is-active", TARGET).stdout.strip()
+def status(layout: Layout, as_json: bool) -> int:
+    mode = systemctl("is-active", layout.target).stdout.strip()
     jobs = [line.split()[0] for line in systemctl("list-units", "--plain", "--no-legend", "--state=active",
-                                                  f"{JOB_PREFIX}*.service").stdout.splitlines() if line.strip()]
-    last = json.loads((RUNS / "last.json").read_text()) if (RUNS / "last.json").exists() else None
+                                                  f"{layout.job_prefix}*.service").stdout.splitlines() if line.strip()]
+    last_path = layout.runs / "last.json"
+    last = json.loads(last_path.read_text()) if last_path.exists() else None
     data = {"training_mode": mode == "active", "swap": swap_summary(), "jobs": jobs, "last_run": last}
     if as_json:
         print(json.dumps(data, indent=2))
@@ -512,24 +526,24 @@ def main() -> int:
     parser.add_argument("--leave-if-idle", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("cmd", nargs=argparse.REMAINDER)
     args = parser.parse_args()
-    load_config()
+    layout = load_layout()
     if args.finished:
-        return finished(args.finished, args.container)
+        return finished(layout, args.finished, args.container)
     if args.stop_container:
-        return stop_container(args.stop_container)
+        return stop_container(layout, args.stop_container)
     if args.leave_if_idle:
-        return leave_if_idle()
+        return leave_if_idle(layout)
     if args.status:
-        return status(args.json)
+        return status(layout, args.json)
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     if not cmd:
         parser.error("give the job after --, e.g. sparkguard-train --peak-gib 80 -- python3 train.py")
     name = "".join(c if c.isalnum() or c in "-_" else "-" for c in args.name)[:40] or "train"
-    unit = f"{JOB_PREFIX}{name}-{time.strftime('%Y%m%d-%H%M%S')}.service"
+    unit = f"{layout.job_prefix}{name}-{time.strftime('%Y%m%d-%H%M%S')}.service"
     cmd = job_command(cmd, args.docker, unit.removesuffix(".service"))
-    preflight(args.peak_gib)
-    enter_training_mode()
-    return run_job(cmd, unit, args.docker)
+    preflight(layout, args.peak_gib)
+    enter_training_mode(layout)
+    return run_job(layout, cmd, unit, args.docker)
 
 
 if __name__ == "__main__":

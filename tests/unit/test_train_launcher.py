@@ -10,6 +10,7 @@ on nodes.
 from __future__ import annotations
 
 import importlib.util
+import dataclasses
 import json
 
 import pytest
@@ -31,7 +32,7 @@ def launcher(tmp_path_factory):
     spec = importlib.util.spec_from_file_location("sparkguard_train", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    module.configure(json.loads(files[TRAIN_CONFIG]))
+    module.layout = module.Layout.from_config(json.loads(files[TRAIN_CONFIG]))  # as main() reads it on the node
     return module
 
 
@@ -39,9 +40,9 @@ def test_the_shipped_launcher_is_the_source_file_and_reads_the_roles_config(laun
     from roles.swap import train_launcher
 
     assert str(train_launcher.CONFIG) == TRAIN_CONFIG == str(launcher.CONFIG)
-    assert (launcher.TARGET, launcher.JOB_PREFIX) == (TRAINING_TARGET, TRAINING_JOB_PREFIX)
+    assert (launcher.layout.target, launcher.layout.job_prefix) == (TRAINING_TARGET, TRAINING_JOB_PREFIX)
     term = load_inventory(REPO / "inventory" / "example").host("spark-01").config.earlyoom.term_percent
-    assert launcher.EARLYOOM_DEFAULT_TERM == term
+    assert launcher.layout.earlyoom_default_term == term
 
 
 CONTAINER = "sparkguard-job-train-20261203-101010"
@@ -107,11 +108,10 @@ def test_preflight_counts_what_training_mode_frees(launcher, tmp_path, monkeypat
     modes.mkdir()
     (modes / "shrunk-already.mode").write_text("SPARKGUARD_VLLM_MODE=shared\n")
     active = {"sparkguard-vllm@big.service", "sparkguard-vllm@shrunk-already.service"}
-    monkeypatch.setattr(launcher, "BUDGET_JSON", budget)
-    monkeypatch.setattr(launcher, "VLLM_MODE_DIR", modes)
+    layout = dataclasses.replace(launcher.layout, budget_json=budget, vllm_mode_dir=modes)
     monkeypatch.setattr(launcher, "systemctl", lambda *a: type("R", (), {
         "stdout": "active\n" if a[-1] in active else "inactive\n"})())
-    freed, notes = launcher.training_mode_frees()
+    freed, notes = launcher.training_mode_frees(layout)
     assert freed == 18 * 2**30 and notes == ["big 18.0 GiB"]
 
 
@@ -119,8 +119,7 @@ def test_preflight_counts_what_training_mode_frees(launcher, tmp_path, monkeypat
 def test_preflight_without_a_readable_budget_counts_nothing(launcher, tmp_path, monkeypatch, content):
     budget = tmp_path / "budget.json"
     budget.write_text(content)
-    monkeypatch.setattr(launcher, "BUDGET_JSON", budget)
-    assert launcher.training_mode_frees() == (0, [])
+    assert launcher.training_mode_frees(dataclasses.replace(launcher.layout, budget_json=budget)) == (0, [])
 
 
 class FakeSystemctl:
@@ -155,7 +154,7 @@ def test_the_reaper_leaves_training_mode_only_when_no_job_holds_it(launcher, mon
                                                                    target, jobs, leaves):
     fake = FakeSystemctl(target, jobs)
     monkeypatch.setattr(launcher, "systemctl", fake)
-    assert launcher.leave_if_idle() == 0
+    assert launcher.leave_if_idle(launcher.layout) == 0
     assert (("stop", "--no-block", TRAINING_TARGET) in fake.calls) == leaves
     assert ("no training job holds" in capsys.readouterr().err) == leaves
 
@@ -165,7 +164,7 @@ def test_a_finishing_job_leaves_training_mode_only_if_it_was_the_last(launcher, 
     for jobs, leaves in (({me: "deactivating"}, True), ({me: "deactivating", other: "active"}, False)):
         fake = FakeSystemctl("active", jobs)
         monkeypatch.setattr(launcher, "systemctl", fake)
-        assert launcher.running_jobs(("active", "activating", "reloading"), besides=me) == \
+        assert launcher.running_jobs(launcher.layout, ("active", "activating", "reloading"), besides=me) == \
             ([] if leaves else [other])
 
 
