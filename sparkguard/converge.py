@@ -180,8 +180,7 @@ def _install_files(state: DesiredState, files: list[ManagedFile], snap: ProbeOut
         return {}
     op = managed_files(
         name=f"{state.role}: files",
-        files=tuple(FileSpec(m.path, m.content, m.mode, m.owner, m.group, m.validate, _markers(state, m.path))
-                    for m in files),
+        files=tuple(FileSpec.of(m, _markers(state, m.path)) for m in files),
         current={m.path: _hint(state, snap, _files, m.path, file_item(m.path), file_state) for m in files},
         fence=node_lock.fence_token(host.name),
     )

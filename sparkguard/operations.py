@@ -24,7 +24,7 @@ from pyinfra.operations import server, systemd
 from . import node_lock
 from .filestate import DIR_HELPER, FileState, ManagedFilesState
 from .layout import PENDING_DIR, STAGE_DIR, UPLOAD_DIR
-from .state import normal_mode
+from .state import FileBody, normal_mode
 
 Commands = Generator[StringCommand | FileUploadCommand, None, None]
 
@@ -99,22 +99,17 @@ def pending_marker(service: str, action: str) -> str:
 
 
 @dataclass(frozen=True)
-class FileSpec:
-    """One file of ``managed_files``: exact content, ownership, an optional check, its pending markers.
+class FileSpec(FileBody):
+    """One file of ``managed_files``: its ``FileBody`` (a failed ``validate`` fails the operation), plus
+    ``pending``: markers (``pending_marker``) created just before the file goes live, so the restart it
+    calls for survives an apply that dies in between."""
 
-    + validate: shell command run on the staged copy, ``{path}`` replaced by its location; a non-zero
-      exit leaves the live file untouched and fails the operation
-    + pending: markers (``pending_marker``) created just before the file goes live, so the restart it
-      calls for survives an apply that dies in between
-    """
-
-    path: str
-    content: str
-    mode: str = "0644"
-    owner: str = "root"
-    group: str = "root"
-    validate: str | None = None
     pending: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, body: FileBody, pending: tuple[str, ...] = ()) -> FileSpec:
+        """The write of a declared file (a ``ManagedFile``): its body, and its markers."""
+        return cls(body.path, body.content, body.mode, body.owner, body.group, body.validate, pending)
 
 
 # The files (directories) a managed_files (directories) operation changed on a host, in order:

@@ -12,15 +12,14 @@ from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
-class ManagedFile:
-    """A file with exact content.
+class FileBody:
+    """What lands on the node for one file: the path, the exact content, its mode and owner, and the check.
 
     ``validate`` is a shell command run on the node against the staged copy
     (``{path}`` is replaced by its location) before it replaces the live file,
-    like Ansible's ``validate:``. ``secret`` files are never printed; render
-    shows their ``review`` (the same file with each secret replaced by
-    ``<secret>``, still valid for the tool that checks it), or a placeholder
-    where the role gives none.
+    like Ansible's ``validate:``; a non-zero exit leaves the live file untouched.
+    Shared by the desired state (``ManagedFile``) and the write operation
+    (``sparkguard.operations.FileSpec``), which each add only their own fields.
     """
 
     path: str
@@ -29,6 +28,17 @@ class ManagedFile:
     owner: str = "root"
     group: str = "root"
     validate: str | None = None
+
+
+@dataclass(frozen=True)
+class ManagedFile(FileBody):
+    """A file with exact content, as a role declares it (``FileBody``, plus what render and apply's order need).
+
+    ``secret`` files are never printed; render shows their ``review`` (the same file with each
+    secret replaced by ``<secret>``, still valid for the tool that checks it), or a placeholder
+    where the role gives none.
+    """
+
     secret: bool = False
     # Install before the role's packages: a package whose postinst starts a daemon
     # (node_exporter on *:9100) must find its listen address already in place.
