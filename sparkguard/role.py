@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from .auditing import AuditView, Check
     from .facts import NodeInfo
     from .hostconfig import HostConfig
+    from .planner import HostPlan
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,8 @@ class Role:
     # Shell lines added to the one node-facts probe (sparkguard.facts.probe_lines), each printing key=value;
     # the core keeps the values in NodeInfo.raw and the role reads them with its own parser.
     fact_probe: tuple[str, ...] = ()
+    # The node's memory budget from this host's settings (`sparkguard plan`); one role provides it.
+    plan: Callable[[str, HostConfig], HostPlan] | None = None
     # Checks that need the live node (versions, devices); run on apply before any operation.
     preflight: Callable[[HostConfig, NodeInfo], Iterable[Problem]] | None = None
     # What an operator should see per host in apply's table and JSON ({column: value}), from the

@@ -1,10 +1,10 @@
 """Role ``budget``: the node's memory budget, checked before anything starts (sparkguard plan)."""
 
 from sparkguard.hostconfig import HostConfig
-from sparkguard.planner import has_budget
 from sparkguard.role import Role
 
 from .checks import problems
+from .plan import has_budget, plan_host
 from .settings import BudgetSettings
 from .state import desired_state
 
@@ -21,4 +21,6 @@ ROLE = _BudgetRole(
     desired_state=desired_state,
     summary="memory budget: earlyoom's SIGTERM line + OS reserve + vLLM + the training job must fit MemTotal",
     checks=problems,
+    plan=plan_host,
+    reads=("vllm", "earlyoom"),  # the served models and earlyoom's lines are in the budget
 )

@@ -6,7 +6,8 @@ from collections.abc import Iterator
 
 from sparkguard.errors import Problem
 from sparkguard.hostconfig import HostConfig
-from sparkguard.planner import host_problems
+
+from .plan import host_problems
 
 
 def problems(config: HostConfig) -> Iterator[Problem]:

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import json
 
-from sparkguard.planner import plan_host
 from sparkguard.role import RoleContext
 from sparkguard.state import DesiredState, ManagedFile
 
 from .interface import BUDGET_JSON
+from .plan import plan_host
 
 
 def desired_state(ctx: RoleContext) -> DesiredState:

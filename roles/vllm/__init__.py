@@ -19,4 +19,5 @@ ROLE = Role(
     # during_training shrink/stop follows sparkguard-training.target, which base installs (checks.py refuses
     # it with base off); keep needs no base, so base is not a requirement.
     uses=("base",),
+    reads=("budget",),  # its servers' sizes come from the node's budget
 )

@@ -8,7 +8,6 @@ from collections.abc import Iterator
 from sparkguard.errors import Problem
 from sparkguard.facts import NodeInfo
 from sparkguard.hostconfig import HostConfig, settings_of
-from sparkguard.planner import plan_host
 from sparkguard.secrets import read_secret, source_words
 
 from ..base.settings import BaseSettings
@@ -84,6 +83,8 @@ def problems(config: HostConfig) -> Iterator[Problem]:
         if file_value and not file_value.startswith(("/", "~")):
             yield Problem("", f"vllm.{file_field}", file_value, "must be an absolute or ~ path on the operator's machine")
     # Budget inputs (sizes, shapes, CUDA total); the over-commit itself is the budget role's check.
+    from ..budget.interface import plan_host  # here: budget's planner imports vllm's settings
+
     yield from plan_host("", config).problems
 
 

@@ -8,7 +8,7 @@ from typing import Any
 import yaml
 
 from sparkguard.layout import CONFIG_DIR, LIB_DIR, UNIT_DIR, dropin_path, unit_path
-from sparkguard.planner import ServingPlan, fmt_gib, plan_host
+from sparkguard.planner import ServingPlan, fmt_gib
 from sparkguard.role import RoleContext
 from sparkguard.secrets import read_secret
 from sparkguard.state import AbsentFiles, AbsentInstances, DesiredState, Directory, ManagedFile, Service
@@ -134,6 +134,8 @@ def desired_state(ctx: RoleContext) -> DesiredState:
     settings: VllmSettings = ctx.settings("vllm")
     if not settings.models:
         return DesiredState(role="vllm", **leftovers([]))
+    from ..budget.interface import plan_host  # here: budget's planner imports vllm's settings
+
     plan = plan_host(ctx.host, ctx.config)
     served = {s.name: s for s in plan.serving}
     policy = settings.during_training

@@ -6,9 +6,11 @@ import argparse
 import json
 from dataclasses import replace
 
-from ..errors import EXIT_DOES_NOT_FIT, ConfigError
+from ..errors import EXIT_DOES_NOT_FIT, ConfigError, Problem
+from ..hostconfig import HostConfig
 from ..inventory import load_inventory
-from ..planner import GIB, HostPlan, budget_problems, plan_document, plan_host
+from ..planner import GIB, HostPlan, budget_problems, plan_document
+from ..registry import roles
 from . import Subcommands
 
 
@@ -17,6 +19,14 @@ def register(sub: Subcommands) -> None:
     parser.add_argument("inventory", help="inventory directory, its hosts.yml or its inventory.py")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.set_defaults(func=run)
+
+
+def plan_host(host: str, config: HostConfig) -> HostPlan:
+    """The host's budget, from the role that provides it (``Role.plan``; role budget among the built-in ones)."""
+    planner = next((role.plan for role in roles() if role.plan is not None), None)
+    if planner is None:
+        raise ConfigError([Problem(host, "roles", None, "no registered role provides a memory budget (Role.plan)")])
+    return planner(host, config)
 
 
 def run(args: argparse.Namespace) -> int:

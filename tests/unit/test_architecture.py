@@ -90,7 +90,8 @@ def cross_role_references(role: str, path: Path, names: set[str]) -> list[tuple[
 def test_a_role_reads_another_only_typed_and_only_where_it_declares_it():
     """The meaning-level edges: earlyoom reads vllm (serving's band and units) and swap (its job units), swap
     and monitoring read earlyoom (its lines), swap reads budget (its file) and vllm (its mode files), recovery,
-    swap, vllm and monitoring use base's target or sysctl checker. Each is declared on the Role and goes through the other
+    swap, vllm and monitoring use base's target or sysctl checker, budget reads vllm's models and earlyoom's
+    lines into the node's plan, and vllm sizes its servers from that plan. Each is declared on the Role and goes through the other
     role's settings class; an undeclared or untyped read fails here."""
     from roles import ROLES
 
@@ -107,8 +108,20 @@ def test_a_role_reads_another_only_typed_and_only_where_it_declares_it():
     assert offenders == {}
     # A declared read that nothing reads is a stale edge.
     assert {role.name: sorted(set(role.reads) - used[role.name]) for role in ROLES if set(role.reads) - used[role.name]} == {}
-    assert used == {"base": set(), "budget": set(), "earlyoom": {"vllm", "swap"}, "monitoring": {"earlyoom", "base"},
-                    "recovery": {"base"}, "swap": {"earlyoom", "base", "budget", "vllm"}, "vllm": {"base"}}
+    assert used == {"base": set(), "budget": {"vllm", "earlyoom"}, "earlyoom": {"vllm", "swap"},
+                    "monitoring": {"earlyoom", "base"}, "recovery": {"base"},
+                    "swap": {"earlyoom", "base", "budget", "vllm"}, "vllm": {"base", "budget"}}
+
+
+def test_the_core_reads_no_roles_settings():
+    """The memory arithmetic stays in the core (sparkguard/planner.py), but what a role's settings mean for it
+    is read by the role (roles/budget/plan.py): no core module reads ``config.<role>`` or ``settings("<role>")``."""
+    from roles import ROLES
+
+    names = {role.name for role in ROLES}
+    found = {str(path.relative_to(REPO)): how for path in sorted((REPO / "sparkguard").rglob("*.py"))
+             if (how := [h for _, h in cross_role_references("", path, names) if not h.startswith("import ")])}
+    assert found == {}
 
 
 def test_the_edge_check_catches_an_untyped_or_undeclared_read(tmp_path):

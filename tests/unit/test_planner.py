@@ -12,9 +12,10 @@ import os
 
 import pytest
 
+from roles.budget.plan import plan_host, training_spec
 from sparkguard.estimate import largest_seq_len
 from sparkguard.inventory import load_inventory
-from sparkguard.planner import GIB, SHARED_KV_MARGIN, plan_host, training_spec
+from sparkguard.planner import GIB, SHARED_KV_MARGIN
 from tests.conftest import REPO, run_cli
 
 EXAMPLE = REPO / "inventory" / "example"

@@ -9,8 +9,8 @@ on nodes.
 
 from __future__ import annotations
 
-import importlib.util
 import dataclasses
+import importlib.util
 import json
 
 import pytest
