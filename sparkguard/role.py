@@ -17,9 +17,9 @@ from .state import DesiredState
 
 if TYPE_CHECKING:
     from .auditing import AuditView, Check
+    from .domain.memory.planner import HostPlan
     from .facts import NodeInfo
     from .hostconfig import HostConfig
-    from .planner import HostPlan
 
 
 @dataclass(frozen=True)

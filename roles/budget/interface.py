@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 from sparkguard.layout import CONFIG_DIR
 
 if TYPE_CHECKING:
+    from sparkguard.domain.memory.planner import HostPlan
     from sparkguard.hostconfig import HostConfig
-    from sparkguard.planner import HostPlan
 
 # The node's memory budget; sparkguard-train's preflight (role swap) reads it.
 BUDGET_JSON = f"{CONFIG_DIR}/budget.json"

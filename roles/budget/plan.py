@@ -1,5 +1,5 @@
 """The node budget built from the settings: role budget's reading of vllm's models, its own training job
-and earlyoom's lines (declared reads), into the core's plan types (sparkguard/planner.py).
+and earlyoom's lines (declared reads), into the core's plan types (sparkguard/domain/memory/planner.py).
 
 The core keeps the arithmetic and the plan types, which name no role; what a setting means for the budget
 (a served model's weights and KV cache, a training job's peak) is read here, typed. ``sparkguard plan`` asks
@@ -11,9 +11,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from sparkguard.errors import ConfigError, Problem
-from sparkguard.hostconfig import HostConfig, settings_of
-from sparkguard.planner import (
+from sparkguard.domain.memory.planner import (
     CUDA_TOTAL_GIB,
     HostPlan,
     Phase,
@@ -28,13 +26,15 @@ from sparkguard.planner import (
     ways_out,
     weights_bytes,
 )
+from sparkguard.errors import ConfigError, Problem
+from sparkguard.hostconfig import HostConfig, settings_of
 
 from ..earlyoom.settings import EarlyoomSettings
 from ..vllm.settings import ServedModel, VllmSettings
 from .settings import BudgetSettings, TrainingJob
 
 if TYPE_CHECKING:
-    from sparkguard.estimate import Architecture, TrainingSpec
+    from sparkguard.domain.memory.estimate import Architecture, TrainingSpec
 
 
 def cuda_total_bytes(config: HostConfig) -> int | None:
@@ -47,7 +47,7 @@ def cuda_total_bytes(config: HostConfig) -> int | None:
 
 def _plan_serving(name: str, m: ServedModel, cuda_total: int, policy: str, problems: list[Problem]) -> ServingPlan | None:
     """One vLLM instance (``m``: roles.vllm's ServedModel): weights, KV cache, runtime, and the utilization they mean."""
-    from sparkguard.estimate import kv_cache_bytes
+    from sparkguard.domain.memory.estimate import kv_cache_bytes
 
     base = f"vllm.models.{name}"
     try:
@@ -165,7 +165,7 @@ def _shared_kv(m: ServedModel, min_kv: int | None, kv: int, base: str, problems:
 
 
 def training_spec(job: TrainingJob) -> TrainingSpec:
-    from sparkguard.estimate import TrainingSpec
+    from sparkguard.domain.memory.estimate import TrainingSpec
 
     model = model_shape(job.model)
     assert model is not None, "a job estimated from its spec names its model"
@@ -177,7 +177,7 @@ def training_spec(job: TrainingJob) -> TrainingSpec:
 
 
 def _plan_training(job: TrainingJob, problems: list[Problem]) -> TrainingPlan | None:
-    from sparkguard.estimate import estimate_training
+    from sparkguard.domain.memory.estimate import estimate_training
 
     if not job.planned:
         return None

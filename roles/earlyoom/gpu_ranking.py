@@ -7,7 +7,7 @@ RAM taken by the driver: in no process's RSS, charged to no cgroup. The kernel's
 oom_score and earlyoom/nohang (which read it) therefore rank a trainer holding
 80 GiB like an idle process. This agent finds who holds GPU memory and raises
 each holder's oom_score_adj, and that of every process of its job, into the
-job's band (sparkguard/victim_order.py has the arithmetic):
+job's band (sparkguard/domain/memory/victim_order.py has the arithmetic):
 
   marked training (adj 1000, sparkguard-job-* units)  left alone: already first
   any other holder (python3, a JAX job) and its job   raised to holder_base + holder_span x share
@@ -107,7 +107,7 @@ def parse_compute_apps(text: str) -> tuple[list[tuple[int, int | None]], list[st
 
 
 def holder_adj(used_bytes: int | None, total_bytes: int, base: int, span: int) -> int:
-    """The band value for a holder (same formula as sparkguard.victim_order.holder_adj)."""
+    """The band value for a holder (same formula as sparkguard.domain.memory.victim_order.holder_adj)."""
     if not used_bytes or total_bytes <= 0:
         return base
     return base + round(span * min(used_bytes / total_bytes, 1.0))

@@ -6,7 +6,7 @@ import json
 import shlex
 from pathlib import Path
 
-from sparkguard import victim_order
+from sparkguard.domain.memory import victim_order
 from sparkguard.hostconfig import settings_of
 from sparkguard.layout import BIN_DIR, CONFIG_DIR, LIB_DIR, STATE_DIR, TEXTFILE_DIR, dropin_path, unit_path
 from sparkguard.role import RoleContext

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from sparkguard.domain.memory.victim_order import HOLDER_BASE_ADJ, SERVING_ADJ
 from sparkguard.settings import HostName, ImageRef, ModelRef, NodePath, Settings, Word, required, setting
-from sparkguard.victim_order import HOLDER_BASE_ADJ, SERVING_ADJ
 
 from .options import VLLM_VERSION
 
@@ -104,7 +104,7 @@ class VllmSettings(Settings):
     cuda_total_gib: float | None = setting(
         None,
         "What CUDA reports as total device memory (the base of gpu-memory-utilization). Default: from the"
-        " device profile table in sparkguard/planner.py (dgx-spark 119.6). Measure: `python3 -c 'import torch;"
+        " device profile table in sparkguard/domain/memory/planner.py (dgx-spark 119.6). Measure: `python3 -c 'import torch;"
         " print(torch.cuda.mem_get_info()[1] / 2**30)'`.",
         unit="GiB", gt=0, le=65536)
     hf_token_env: str | None = setting(

@@ -7,8 +7,8 @@ from typing import Any
 
 import yaml
 
+from sparkguard.domain.memory.planner import ServingPlan, fmt_gib
 from sparkguard.layout import CONFIG_DIR, LIB_DIR, UNIT_DIR, dropin_path, unit_path
-from sparkguard.planner import ServingPlan, fmt_gib
 from sparkguard.role import RoleContext
 from sparkguard.secrets import read_secret
 from sparkguard.state import AbsentFiles, AbsentInstances, DesiredState, Directory, ManagedFile, Service

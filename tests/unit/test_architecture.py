@@ -114,7 +114,7 @@ def test_a_role_reads_another_only_typed_and_only_where_it_declares_it():
 
 
 def test_the_core_reads_no_roles_settings():
-    """The memory arithmetic stays in the core (sparkguard/planner.py), but what a role's settings mean for it
+    """The memory arithmetic stays in the core (sparkguard/domain/memory/planner.py), but what a role's settings mean for it
     is read by the role (roles/budget/plan.py): no core module reads ``config.<role>`` or ``settings("<role>")``."""
     from roles import ROLES
 

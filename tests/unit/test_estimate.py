@@ -14,8 +14,7 @@ import re
 import pytest
 
 from sparkguard import cli
-from sparkguard.errors import ConfigError
-from sparkguard.estimate import (
+from sparkguard.domain.memory.estimate import (
     TrainingSpec,
     estimate_training,
     kv_bytes_per_token,
@@ -23,7 +22,8 @@ from sparkguard.estimate import (
     largest_seq_len,
     load_model,
 )
-from sparkguard.estimate.training import GIB
+from sparkguard.domain.memory.estimate.training import GIB
+from sparkguard.errors import ConfigError
 from tests.conftest import REPO
 
 GEMMA4 = load_model("gemma-4-26B-A4B")

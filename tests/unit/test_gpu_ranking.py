@@ -25,7 +25,7 @@ import pytest
 from roles.earlyoom import gpu_ranking as agent
 from roles.earlyoom.settings import EarlyoomSettings
 from roles.earlyoom.state import ranking_config
-from sparkguard import victim_order as vo
+from sparkguard.domain.memory import victim_order as vo
 
 MIB = 2**20
 TOTAL_KIB = 121 * 2**20          # 121 GiB in /proc/meminfo's kB

@@ -255,7 +255,7 @@ def test_other_operator_files_refuse_proc_too(tmp_path, monkeypatch, field, kind
 
 
 def test_a_model_config_path_is_read_through_the_reader_and_never_quoted(tmp_path, monkeypatch):
-    from sparkguard.estimate import load_model
+    from sparkguard.domain.memory.estimate import load_model
 
     monkeypatch.setenv("SG_CANARY", CANARY)
     with pytest.raises(ConfigError) as caught:

@@ -13,9 +13,9 @@ import os
 import pytest
 
 from roles.budget.plan import plan_host, training_spec
-from sparkguard.estimate import largest_seq_len
+from sparkguard.domain.memory.estimate import largest_seq_len
+from sparkguard.domain.memory.planner import GIB, SHARED_KV_MARGIN
 from sparkguard.inventory import load_inventory
-from sparkguard.planner import GIB, SHARED_KV_MARGIN
 from tests.conftest import REPO, run_cli
 
 EXAMPLE = REPO / "inventory" / "example"
@@ -225,7 +225,7 @@ def test_served_model_settings_are_documented_in_planner_docs():
 
 def test_default_shrunk_kv_keeps_a_margin_over_one_sequence():
     """vLLM refuses a KV cache below one max_model_len sequence and rounds to blocks: exactly one fails."""
-    from sparkguard.planner import default_shared_kv
+    from sparkguard.domain.memory.planner import default_shared_kv
 
     one = 2 * GIB
     assert default_shared_kv(one, 16 * GIB) == int(2.5 * GIB)

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import pytest
 
-from sparkguard import victim_order as vo
-from sparkguard.victim_order import Candidate
+from sparkguard.domain.memory import victim_order as vo
+from sparkguard.domain.memory.victim_order import Candidate
 
 GIB_PERMILLE = 1000 / (121 + 16)   # one GiB of RSS in permille of RAM + swap
 

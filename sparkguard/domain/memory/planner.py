@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .errors import DOES_NOT_FIT, Problem
+from ...errors import DOES_NOT_FIT, Problem
 
 if TYPE_CHECKING:
     from .estimate import Architecture, TrainingSpec

@@ -25,7 +25,7 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from ..errors import ConfigError, Problem
+from ....errors import ConfigError, Problem
 from .models import Architecture, Layer
 
 GB, GIB, MIB = 10**9, 2**30, 2**20
