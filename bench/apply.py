@@ -21,7 +21,7 @@ from roundtrips import ROUND_TRIPS
 
 from sparkguard.builtin_roles import register
 from sparkguard.converge import site_deploy
-from sparkguard.emulation import ARCHES, host_arch
+from sparkguard.dev.emulation import ARCHES, host_arch
 from sparkguard.inventory import load_inventory
 from sparkguard.runner import run_deploy
 

@@ -41,7 +41,7 @@ from pathlib import Path
 import paramiko
 from nodes import booted_nodes
 
-from sparkguard import sandbox
+from sparkguard.dev import sandbox
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent

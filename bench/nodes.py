@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from sparkguard import sandbox
+from sparkguard.dev import sandbox
 
 
 @contextmanager

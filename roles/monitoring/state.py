@@ -148,7 +148,7 @@ REVIEW_URL = "https://secret.invalid/<secret>"
 
 # Where the webhook URL goes in alertmanager.yml: replaced by the URL as a JSON string (a YAML double-quoted
 # scalar), so the URL's text stands there exactly once, in one known encoding, and the Ansible export can put
-# `lookup(...) | to_json` in its place (sparkguard.ansible_secrets).
+# `lookup(...) | to_json` in its place (sparkguard.export.ansible.secret_stand_ins).
 WEBHOOK_SLOT = "sparkguard-webhook-url-slot"
 
 

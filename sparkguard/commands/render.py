@@ -1,5 +1,5 @@
 """sparkguard render INVENTORY --out DIR [--format files|ansible]: every file each host would receive,
-or the same desired states as an Ansible playbook (sparkguard.ansible_export)."""
+or the same desired states as an Ansible playbook (sparkguard.export.ansible)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..ansible_export import export_inventory, offline_choices
+from ..export.ansible.export import export_inventory, offline_choices
 from ..inventory import load_inventory
 from ..render import render_inventory
 from . import Subcommands

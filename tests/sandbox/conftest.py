@@ -17,7 +17,7 @@ import paramiko
 import pytest
 import yaml
 
-from sparkguard import sandbox
+from sparkguard.dev import sandbox
 from tests.conftest import require_root_and_tools
 from tests.waiting import wait_for  # noqa: F401 - re-exported for the sandbox modules
 

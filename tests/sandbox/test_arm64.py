@@ -4,7 +4,7 @@ Jetson Thor), and this is where sparkguard's packages and node-side programs run
 One bookworm arm64 node (127.0.85.x), booted by `sparkguard sandbox up --arch arm64`: the rootfs is Debian's
 arm64 archive, and every program on it (systemd, sshd, apt, earlyoom, Prometheus, python3, sparkguard's
 launcher, agent and collector) runs under qemu user emulation through the kernel's binfmt_misc
-(sparkguard/emulation.py). The kernel is still this machine's: its page size, its cgroups, its MemTotal.
+(sparkguard/dev/emulation.py). The kernel is still this machine's: its page size, its cgroups, its MemTotal.
 docs/arm64.md says what that proves and what still needs a real machine.
 
 Few tests, each for something only an arm64 user space can show. None sizes memory from the host, so the
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkguard import sandbox
+from sparkguard.dev import sandbox
 from sparkguard.converge import site_deploy
 from sparkguard.errors import ConfigError
 from sparkguard.inventory import load_inventory

@@ -26,7 +26,8 @@ from ansible.template import is_trusted_as_template
 
 from roles.swap.fstab import DISABLE, ENABLE, MARKER
 from sparkguard import registry
-from sparkguard.ansible_export import (
+from sparkguard.errors import ConfigError
+from sparkguard.export.ansible.export import (
     STATE_VAR,
     _target,
     _Unsafe,
@@ -40,9 +41,8 @@ from sparkguard.ansible_export import (
     staged_check,
     state_data,
 )
-from sparkguard.ansible_play import CHANGED, ENSURE_SCRIPT, ROLE_TASKS, SYSCTL_SCRIPT
-from sparkguard.ansible_secrets import StandIns
-from sparkguard.errors import ConfigError
+from sparkguard.export.ansible.play import CHANGED, ENSURE_SCRIPT, ROLE_TASKS, SYSCTL_SCRIPT
+from sparkguard.export.ansible.secret_stand_ins import StandIns
 from sparkguard.inventory import load_inventory
 from sparkguard.render import host_states
 from sparkguard.safe_write import OutputPathError

@@ -1,4 +1,4 @@
-"""sparkguard.emulation, offline: how `sandbox up --arch` decides the kernel can run another architecture.
+"""sparkguard.dev.emulation, offline: how `sandbox up --arch` decides the kernel can run another architecture.
 
 The kernel's binfmt_misc is stood in for by a directory (STAND-IN for /proc/sys/fs/binfmt_misc: a real
 registration is made by the arm64 sandbox module, tests/sandbox/test_arm64.py). Each refusal is a sentence
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from sparkguard import emulation
-from sparkguard.emulation import EmulationError, ensure_emulation, host_arch
+from sparkguard.dev import emulation
+from sparkguard.dev.emulation import EmulationError, ensure_emulation, host_arch
 
 FOREIGN = "arm64" if host_arch() == "amd64" else "amd64"
 NAME = f"qemu-{emulation.ARCHES[FOREIGN]}"

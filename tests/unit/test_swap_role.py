@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from roles.swap.fstab import MARKER, disable_swap_lines, enable_swap_lines
-from sparkguard.ansible_export import _edit
+from sparkguard.export.ansible.export import _edit
 from sparkguard.inventory import load_inventory
 from sparkguard.render import host_states
 

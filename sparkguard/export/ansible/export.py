@@ -24,14 +24,14 @@ from typing import Any
 
 import yaml
 
-from . import __version__, registry, safe_write
-from .ansible_play import ROLE_TASKS, header, plays, role_tasks
-from .ansible_secrets import StandIns, traced
-from .errors import ConfigError, Problem
-from .inventory import Inventory, InventoryHost
-from .layout import STAGE_DIR
-from .render import path_inside
-from .state import DesiredState, FileEdit, ManagedFile, Service
+from ... import __version__, registry, safe_write
+from ...errors import ConfigError, Problem
+from ...inventory import Inventory, InventoryHost
+from ...layout import STAGE_DIR
+from ...render import path_inside
+from ...state import DesiredState, FileEdit, ManagedFile, Service
+from .play import ROLE_TASKS, header, plays, role_tasks
+from .secret_stand_ins import StandIns, traced
 
 STATE_VAR = "sparkguard_state"
 INTERPRETER = "/usr/bin/python3"  # where the site's first task installs python3 when a node lacks it

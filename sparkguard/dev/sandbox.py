@@ -26,11 +26,11 @@ from typing import Any
 
 import yaml
 
+from ..errors import SparkguardError
+from ..hosttools import MIRROR, RELEASES, run_tool
+from ..paths import INSTALLED, REPO_ROOT
+from ..pyinfra_inventory import write_adapter
 from .emulation import ARCHES, ensure_emulation, host_arch
-from .errors import SparkguardError
-from .hosttools import MIRROR, RELEASES, run_tool
-from .paths import INSTALLED, REPO_ROOT
-from .pyinfra_inventory import write_adapter
 
 Log = Callable[..., Any]  # print, or a quiet stand-in
 

@@ -20,12 +20,12 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from . import secrets
-from .errors import Problem
-from .inventory import InventoryHost
-from .render import host_states
-from .settings import is_secret
-from .state import DesiredState
+from ... import secrets
+from ...errors import Problem
+from ...inventory import InventoryHost
+from ...render import host_states
+from ...settings import is_secret
+from ...state import DesiredState
 
 Model = TypeVar("Model", bound=BaseModel)
 

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .errors import SparkguardError
+from ..errors import SparkguardError
 
 # Debian's architecture name -> the kernel's (uname -m), for the architectures sparkguard's targets run.
 ARCHES = {"amd64": "x86_64", "arm64": "aarch64"}

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .state import SYSTEMD_UNIT_DIRS
+from ...state import SYSTEMD_UNIT_DIRS
 
 S = "sparkguard_state"
 PYTHON = "/usr/bin/python3"
