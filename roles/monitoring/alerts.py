@@ -31,6 +31,17 @@ from ..earlyoom.settings import EarlyoomSettings
 
 TEMPLATE = "monitoring/alert-rules.yml.j2"
 
+
+def go(action: str) -> str:
+    """One action of the Go templates Prometheus expands in annotations: ``go("$labels.instance")`` is
+    ``{{ $labels.instance }}``. Written through this, the rules' f-strings need no doubled braces."""
+    return "{{ " + action + " }}"
+
+
+INSTANCE = go("$labels.instance")
+UNIT = go("$labels.unit")
+VALUE_PCT = go('$value | printf "%.1f"')
+
 _DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 _METRIC_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
@@ -310,9 +321,9 @@ def _node_memory_available_low(t: AlertThresholds, n: _Names) -> Rule:
         "expr": f"100 * {n.avail} / {n.total} < {n.warn}",
         "for": t.warn_for,
         "severity": "warning",
-        "summary": f"{{{{ $labels.instance }}}}: available memory below {n.warn}% of MemTotal",
+        "summary": f"{INSTANCE}: available memory below {n.warn}% of MemTotal",
         "description": (
-            f"MemAvailable on {{{{ $labels.instance }}}} is {{{{ $value | printf \"%.1f\" }}}}% of MemTotal "
+            f"MemAvailable on {INSTANCE} is {VALUE_PCT}% of MemTotal "
             f"({n.lines}). On a unified-memory node this is also the GPU's memory. Find what grew "
             f"(`free -h`, `nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv`), "
             f"shrink the training job (sequence length, batch, gradient checkpointing) or stop/shrink "
@@ -327,10 +338,10 @@ def _node_memory_available_critical(t: AlertThresholds, n: _Names) -> Rule:
         "expr": f"100 * {n.avail} / {n.total} < {n.crit}",
         "for": t.critical_for,
         "severity": "critical",
-        "summary": f"{{{{ $labels.instance }}}}: available memory within {_pct(t.critical_margin_percent)} "
+        "summary": f"{INSTANCE}: available memory within {_pct(t.critical_margin_percent)} "
                    f"points of the earlyoom SIGTERM line",
         "description": (
-            f"MemAvailable on {{{{ $labels.instance }}}} is {{{{ $value | printf \"%.1f\" }}}}% of MemTotal; "
+            f"MemAvailable on {INSTANCE} is {VALUE_PCT}% of MemTotal; "
             f"{n.lines}. earlyoom is about to kill (the training job first, if it is marked). Act now: stop "
             f"the training job yourself, cleanly, or free memory. If earlyoom is not running, the kernel "
             f"will swap and hang instead: in the incident that cost 15 hours and a walk to the machine."
@@ -349,10 +360,10 @@ def _node_memory_exhaustion_forecast(t: AlertThresholds, n: _Names) -> Rule:
         ),
         "for": t.forecast_for,
         "severity": "warning",
-        "summary": f"{{{{ $labels.instance }}}}: available memory will reach the earlyoom SIGTERM line "
+        "summary": f"{INSTANCE}: available memory will reach the earlyoom SIGTERM line "
                    f"within {t.forecast_window}",
         "description": (
-            f"At the rate of the last {t.forecast_lookback}, MemAvailable on {{{{ $labels.instance }}}} "
+            f"At the rate of the last {t.forecast_lookback}, MemAvailable on {INSTANCE} "
             f"reaches {n.term}% of MemTotal (earlyoom's SIGTERM line) within {t.forecast_window}. "
             f"This is the early warning: in the incident memory fell "
             f"from 54 GB to 3.5 GB in 20 minutes after the model loaded. Check the training job's "
@@ -374,7 +385,7 @@ def _node_swap_activity(t: AlertThresholds, n: _Names) -> Rule:
         "severity": "warning",
         "summary": "{{ $labels.instance }}: the node is swapping",
         "description": (
-            f"{{{{ $labels.instance }}}} swaps more than {_num(t.swap_activity_rate)} pages/s (in + out, over "
+            f"{INSTANCE} swaps more than {_num(t.swap_activity_rate)} pages/s (in + out, over "
             f"{t.swap_rate_window}). On a "
             f"unified-memory node swapping is how the incident's hang began: the machine crawls instead "
             f"of an OOM kill, then stops answering. Free memory now, and turn swap off before training "
@@ -394,7 +405,7 @@ def _node_memory_pressure_stall(t: AlertThresholds, n: _Names) -> Rule:
         "severity": "warning",
         "summary": "{{ $labels.instance }}: tasks are stalled on memory (PSI full)",
         "description": (
-            f"All non-idle tasks on {{{{ $labels.instance }}}} were stalled waiting for memory more than "
+            f"All non-idle tasks on {INSTANCE} were stalled waiting for memory more than "
             f"{_pct(t.psi_full_threshold * 100)}% of the time over {t.psi_window} (PSI memory full). "
             f"The kernel is reclaiming or swapping hard; the node may "
             f"stop responding (SSH included). Free memory or stop the largest job now."
@@ -414,7 +425,7 @@ def _earlyoom_down(t: AlertThresholds, n: _Names) -> Rule:
         "severity": "critical",
         "summary": "{{ $labels.instance }}: the low-memory guard (earlyoom or nohang) is not running",
         "description": (
-            f"Neither {n.units} is active on {{{{ $labels.instance }}}} (or node_exporter's systemd "
+            f"Neither {n.units} is active on {INSTANCE} (or node_exporter's systemd "
             f"collector does not report them; sparkguard_guard_info says which guard the node should run). "
             f"Without its guard nothing kills a runaway job before the kernel swaps and hangs. "
             f"`systemctl status {n.units.split(' / ')[0]}`, `journalctl {n.journal}` (earlyoom 1.7 exits with "
@@ -440,10 +451,10 @@ def _earlyoom_killed_process(t: AlertThresholds, n: _Names) -> Rule:
         ),
         "for": "",
         "severity": "warning",
-        "summary": f"{{{{ $labels.instance }}}}: the low-memory guard killed {{{{ $labels.{t.earlyoom_victim_label} }}}}",
+        "summary": f"{INSTANCE}: the low-memory guard killed {go('$labels.' + t.earlyoom_victim_label)}",
         "description": (
-            f"The low-memory guard (earlyoom or nohang) killed {{{{ $labels.{t.earlyoom_victim_label} }}}} on "
-            f"{{{{ $labels.instance }}}} in the last {t.earlyoom_kill_window} because MemAvailable fell to {n.term}% "
+            f"The low-memory guard (earlyoom or nohang) killed {go('$labels.' + t.earlyoom_victim_label)} on "
+            f"{INSTANCE} in the last {t.earlyoom_kill_window} because MemAvailable fell to {n.term}% "
             f"of MemTotal. The node survived; the job did not. `journalctl -t sparkguard-earlyoom {n.journal}` "
             f"names the pid. Fix the "
             f"configuration (sequence length, batch, gradient checkpointing, vLLM's share) before "
@@ -462,12 +473,12 @@ def kernel_oom_victims_template(t: AlertThresholds) -> str:
     """
     window = duration_seconds(t.kernel_oom_kill_window)
     query = f'{t.kernel_oom_last_kill_metric}{{job="{t.node_job}",instance=%q}} > time() - {window}'
-    return (
-        f"{{{{ with printf `{query}` $labels.instance | query }}}}"
-        f"{{{{ range $i, $s := sortByLabel \"victim\" . }}}}{{{{ if $i }}}}, {{{{ end }}}}{{{{ $s.Labels.victim }}}}"
-        f"{{{{ if eq $s.Labels.scope \"cgroup\" }}}} (memory cgroup limit){{{{ end }}}}{{{{ end }}}}"
-        f"{{{{ else }}}}a process{{{{ end }}}}"
-    )
+    return "".join([
+        go(f"with printf `{query}` $labels.instance | query"),
+        go('range $i, $s := sortByLabel "victim" .'), go("if $i"), ", ", go("end"), go("$s.Labels.victim"),
+        go('if eq $s.Labels.scope "cgroup"'), " (memory cgroup limit)", go("end"), go("end"),
+        go("else"), "a process", go("end"),
+    ])
 
 
 def _kernel_oom_killed_process(t: AlertThresholds, n: _Names) -> Rule:
@@ -477,9 +488,9 @@ def _kernel_oom_killed_process(t: AlertThresholds, n: _Names) -> Rule:
         "expr": f"increase(node_vmstat_oom_kill{{{n.job}}}[{t.kernel_oom_kill_window}]) > 0",
         "for": t.kernel_oom_for,
         "severity": "critical",
-        "summary": f"{{{{ $labels.instance }}}}: the kernel OOM killer killed {victims}",
+        "summary": f"{INSTANCE}: the kernel OOM killer killed {victims}",
         "description": (
-            f"The kernel's own OOM killer killed {victims} on {{{{ $labels.instance }}}} in the last "
+            f"The kernel's own OOM killer killed {victims} on {INSTANCE} in the last "
             f"{t.kernel_oom_kill_window} (node_vmstat_oom_kill rose). This alert looks at no memory gauge on "
             f"purpose: on a DGX Spark (GB10) the NVIDIA driver's allocation path can end in the kernel OOM killer "
             f"while MemAvailable still shows ~22 GiB (vLLM issue 56824), above every earlyoom line, so no memory "
@@ -537,9 +548,9 @@ def _node_exporter_down(t: AlertThresholds, n: _Names) -> Rule:
                  f"\nor\nabsent(up{{{n.job}}})"),
         "for": t.exporter_down_for,
         "severity": "critical",
-        "summary": f"node_exporter '{{{{ $labels.instance }}}}' (job {t.node_job}) cannot be scraped",
+        "summary": f"node_exporter '{INSTANCE}' (job {t.node_job}) cannot be scraped",
         "description": (
-            f"Prometheus cannot scrape job {t.node_job} target '{{{{ $labels.instance }}}}' (empty: the job has "
+            f"Prometheus cannot scrape job {t.node_job} target '{INSTANCE}' (empty: the job has "
             f"no targets at all). A "
             f"unified-memory node that ran out of memory looks exactly like this: in the incident scraping "
             f"stopped at 11:07 and the host needed a power cycle. Try SSH; if it does not answer, use the "
@@ -557,7 +568,7 @@ def _node_textfile_scrape_error(t: AlertThresholds, n: _Names) -> Rule:
         "summary": "{{ $labels.instance }}: node_exporter cannot read a textfile: sparkguard's own metrics are "
                    "missing",
         "description": (
-            f"node_exporter on {{{{ $labels.instance }}}} failed to parse a file in its textfile directory "
+            f"node_exporter on {INSTANCE} failed to parse a file in its textfile directory "
             f"({TEXTFILE_DIR}) and exports none of that file's metrics. sparkguard's metrics live there "
             f"(sparkguard_*.prom: the guard's kill counters, node-metrics, the GPU ranking agent), so the alerts "
             f"built on them are blind: EarlyoomKilledProcess, SwapOnDuringTraining, MemoryOutsideCgroups, "
@@ -604,15 +615,15 @@ def _sparkguard_metrics_stale(t: AlertThresholds, n: _Names) -> Rule:
         "severity": "warning",
         "summary": "{{ $labels.instance }}: {{ $labels.unit }} has stopped refreshing its metrics",
         "description": (
-            f"{{{{ $labels.unit }}}} on {{{{ $labels.instance }}}} has not written its textfile metrics for "
+            f"{UNIT} on {INSTANCE} has not written its textfile metrics for "
             f"longer than its limit ({t.gpu_ranking_unit} {t.gpu_ranking_stale_after}, {t.node_metrics_unit} "
             f"{t.node_metrics_stale_after}), or they are missing where it runs. node_exporter still serves the "
             f"last values, so what reads them sees a frozen past: with the GPU ranking agent stuck, new GPU jobs "
             f"are not ranked by the memory they hold and earlyoom or the kernel may kill the wrong process; "
             f"with node-metrics stuck, SwapOnDuringTraining, MemoryOutsideCgroups and the kernel OOM victims "
-            f"are blind. `systemctl status {{{{ $labels.unit }}}}` (node-metrics runs from "
+            f"are blind. `systemctl status {UNIT}` (node-metrics runs from "
             f"{t.node_metrics_unit.rsplit('.', 1)[0]}.timer: check that it is active), `journalctl -u "
-            f"{{{{ $labels.unit }}}}`, then `systemctl restart {{{{ $labels.unit }}}}` or rerun sparkguard apply. "
+            f"{UNIT}`, then `systemctl restart {UNIT}` or rerun sparkguard apply. "
             f"A node clock off by minutes looks stale too: check `timedatectl`."
         ),
     }
