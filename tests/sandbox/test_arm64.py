@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from sparkguard.dev import sandbox
 from sparkguard.converge import site_deploy
+from sparkguard.dev import sandbox
 from sparkguard.errors import ConfigError
 from sparkguard.inventory import load_inventory
 from sparkguard.runner import run_deploy

@@ -415,11 +415,15 @@ def test_the_agent_wakes_on_a_device_open_and_ranks_before_its_next_pass(tmp_pat
         (proc.root / "4242" / "fd" / "3").symlink_to(device)                  # the trainer's CUDA init ...
         with open(device):                                                     # ... opens the device
             pass
+        jobs = tmp_path / "jobs"
         deadline = time.time() + 3
-        while proc.adj(4242) == 0 and time.time() < deadline:
+        # The pass raises the adj, then writes the jobs file: wait for both (a loaded CI machine read the
+        # file between the two).
+        while time.time() < deadline and (proc.adj(4242) == 0 or "python3" not in
+                                          (jobs.read_text() if jobs.exists() else "")):
             time.sleep(0.05)
         assert proc.adj(4242) == vo.HOLDER_BASE_ADJ
-        assert "4242 100 4242:100 - python3" in (tmp_path / "jobs").read_text()
+        assert "4242 100 4242:100 - python3" in jobs.read_text()
     finally:
         running.terminate()
         running.wait(timeout=10)
