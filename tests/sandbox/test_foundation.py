@@ -352,7 +352,7 @@ def test_a_node_whose_logins_are_still_refused_is_not_handed_out(sandbox_nodes):
 
     import pytest
 
-    from sparkguard import sandbox
+    from sparkguard.dev import sandbox
 
     box = sandbox.Sandbox.load(sandbox_nodes.state_dir)
     node = next(n for n in box.nodes if n.name == "node-2")

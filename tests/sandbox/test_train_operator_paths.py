@@ -129,8 +129,11 @@ ENDINGS = {
 @pytest.mark.parametrize("ending", ENDINGS)
 def test_docker_job_owns_its_container_however_it_ends(node, ending):
     job_exit, container_exit, stopped_by_job = ENDINGS[ending]
-    sh(node, "rm -f /run/sg-ctr-trainer.pid /tmp/sg-launcher.rc")
-    command = "sh -c 'echo $$ > /run/sg-ctr-trainer.pid; sleep 1; exit 3'" if ending == "exit" else TRAINER
+    sh(node, "rm -f /run/sg-ctr-trainer.pid /tmp/sg-launcher.rc /run/sg-ctr-go")
+    # The exiting trainer waits for the test's word: a fixed sleep ended before a loaded machine had read its
+    # init's adj (the process was gone, and its launcher's late rc then failed the next ending too).
+    command = ("sh -c 'echo $$ > /run/sg-ctr-trainer.pid; until [ -e /run/sg-ctr-go ]; do sleep 0.1; done; exit 3'"
+               if ending == "exit" else TRAINER)
     sh(node, "cat > /tmp/sg-launch.sh <<'EOF'\n"
              f"sparkguard-train --name ctr --docker -- docker run --rm --gpus all img {command}\n"
              "echo $? > /tmp/sg-launcher.rc\nEOF\n(setsid sh /tmp/sg-launch.sh > /tmp/sg-launcher.log 2>&1 &)")
@@ -145,7 +148,9 @@ def test_docker_job_owns_its_container_however_it_ends(node, ending):
         assert sh(node, "cat /run/sg-ctr-trainer.pid") != "1", "--init puts an init in front of the trainer"
         assert sh(node, f"cat /proc/{host_trainer_pid(node, container)}/oom_score_adj") == "1000"
     unit = container + ".service"
-    if ending == "ctrl-c":
+    if ending == "exit":
+        sh(node, "touch /run/sg-ctr-go")
+    elif ending == "ctrl-c":
         sh(node, "kill -INT $(pgrep -f '[s]parkguard-train --name ctr')")
     elif ending == "stop-target":
         sh(node, f"systemctl stop {TARGET}")
