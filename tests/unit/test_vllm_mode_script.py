@@ -27,7 +27,8 @@ def run(tmp_path):
     (bin_dir / "systemctl").write_text(FAKE_SYSTEMCTL)
     (bin_dir / "systemctl").chmod(0o755)
     log = tmp_path / "systemctl.log"
-    modes, configs = tmp_path / "run" / "vllm", "/etc/sparkguard/vllm"
+    # Not the role's own paths: a script that ignored its arguments would not pass.
+    modes, configs = tmp_path / "run" / "vllm", "/srv/sg-vllm-configs"
 
     def run(*args: str, enabled: bool = True, mode_dir: str | None = None) -> tuple[subprocess.CompletedProcess, list[str]]:
         env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "SYSTEMCTL_LOG": str(log), "ENABLED_RC": "0" if enabled else "1"}
@@ -45,7 +46,7 @@ def test_shrink_writes_the_shared_config_from_its_arguments_then_restarts_and_le
     done, calls = run("small", "enter", "shrink")
     assert done.returncode == 0, done.stderr
     assert (run.modes / "small.mode").read_text() == (
-        "SPARKGUARD_VLLM_MODE=shared\nSPARKGUARD_VLLM_CONFIG=/etc/sparkguard/vllm/small.shared.yaml\n")
+        "SPARKGUARD_VLLM_MODE=shared\nSPARKGUARD_VLLM_CONFIG=/srv/sg-vllm-configs/small.shared.yaml\n")
     assert calls == ["try-restart sparkguard-vllm@small.service"]
     done, calls = run("small", "leave", "shrink")
     assert done.returncode == 0 and not (run.modes / "small.mode").exists()
