@@ -509,14 +509,20 @@ def run_cell(handle, node: str, plan: ReplayPlan, launch: Launch, timeout_s: flo
             ended = False   # the hog's unit stopped running (killed, or exited): else the deadline came first
             deadline = time.time() + timeout_s
             while time.time() < deadline:
-                # The trainer's oom_score_adj as earlyoom sees it (the GPU ranking agent raises unmarked ones).
-                probe = (f"cat /proc/{hog_pid}/oom_score_adj 2>/dev/null" if hog_pid
+                # The trainer's oom_score_adj as the guard saw it when it chose (the GPU ranking agent raises
+                # unmarked ones). Read before the job reports a signal only: a signalled rank frees its memory
+                # and the agent then lowers it back to 0 while the process still lingers, which is not what
+                # the guard saw. The adj is read first, then the report: no signal logged yet means the adj
+                # was read before the signal.
+                probe = (f"echo \"adj=$(cat /proc/{hog_pid}/oom_score_adj 2>/dev/null)\"; "
+                         f"grep -q sigterm {HOG_REPORT} && echo signalled" if hog_pid
                          else f"grep -m1 '\"event\": \"start\"' {HOG_REPORT}")
                 rc, out, _ = ssh(f"systemctl is-active {HOG_UNIT}; {probe}")
                 logins += 1
                 lines = out.splitlines()
                 if len(lines) > 1 and hog_pid:
-                    adj = lines[1].strip() or adj
+                    if "signalled" not in lines[2:]:
+                        adj = lines[1].removeprefix("adj=").strip() or adj
                 elif len(lines) > 1:
                     try:
                         hog_pid = _node_pid(ssh, json.loads(lines[1])["pid"], launch.comm)
