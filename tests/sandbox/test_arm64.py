@@ -7,8 +7,9 @@ launcher, agent and collector) runs under qemu user emulation through the kernel
 (sparkguard/dev/emulation.py). The kernel is still this machine's: its page size, its cgroups, its MemTotal.
 docs/arm64.md says what that proves and what still needs a real machine.
 
-Few tests, each for something only an arm64 user space can show. None sizes memory from the host, so the
-full run takes this module beside the VM tier.
+Few tests, each for something only an arm64 user space can show. All but the one-victim replay run beside
+the VM tier; the replay sizes its lines from the host's MemAvailable, so the full run takes it alone, with
+the other replays (pyproject's "replay" marker), on a node of its own.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from sparkguard.errors import ConfigError
 from sparkguard.inventory import load_inventory
 from sparkguard.runner import run_deploy
 from tests.conftest import run_cli
-from tests.replay import DEVICE
+from tests.replay import DEVICE, Launch, ReplayPlan, assert_incident_outcome, run_cell
 from tests.reporting import report
 from tests.sandbox.conftest import booted_sandbox, net, wait_for
 
@@ -34,6 +35,12 @@ NODE = "node-1"
 SITE = ("    monitoring: {enabled: true, alertmanager: {mode: none}}\n"
         "    earlyoom: {gpu_ranking_interval_s: 0.5}\n")
 TIMES: dict[str, float] = {}
+# STAND-IN for the driver's memory under emulation: a hugetlb memfd whose pages fallocate allocates and nothing
+# maps (tools/sparkguard-uma-hog --unmapped), held through its descriptor as the driver's memory is. qemu user
+# emulation cannot map a hugetlb file (EINVAL), and a hugetlb mapping it makes never shows in HugetlbPages.
+# The pages are real host memory; no per-process counter sees them, so the job is one sparkguard marks.
+ONE_VICTIM = Launch("sparkguard-train, arm64 (unmapped hugetlb memfd)", "sparkguard-train --name replay -- {hog}",
+                    shape="--memfd --unmapped", marked=True, record=True)
 
 
 @pytest.fixture(scope="module")
@@ -101,8 +108,8 @@ def test_sparkguard_train_runs_a_job_and_leaves_training_mode(arm):
 def test_the_gpu_ranking_agent_ranks_a_device_holder_in_one_pass(arm):
     """STAND-IN /dev/nvidia-uvm (a regular file, as in every replay: tests/replay.py), no nvidia-smi: one --once
     pass of the shipped agent finds the process that holds the device open and raises it into the GPU-holder
-    band, as on a node whose driver does not answer. (The hugetlb stand-in for driver memory does not work
-    under qemu user emulation: docs/arm64.md.)"""
+    band, as on a node whose driver does not answer. (Under emulation the driver-memory stand-in is in no
+    process's counters, so ranking by memory is not shown here: docs/arm64.md.)"""
     sh(arm, f"rm -f /usr/local/bin/nvidia-smi; [ -e {DEVICE} ] || install -m 666 /dev/null {DEVICE}")
     sh(arm, "systemctl stop sparkguard-gpu-ranking")
     try:
@@ -117,3 +124,31 @@ def test_the_gpu_ranking_agent_ranks_a_device_holder_in_one_pass(arm):
     finally:
         arm.ssh(NODE, "systemctl stop sg-arm-holder; systemctl reset-failed sg-arm-holder; "
                       "systemctl start sparkguard-gpu-ranking")
+
+
+@pytest.mark.replay
+def test_the_one_victim_replay_holds_the_trainer_dies_first_serving_and_ssh_stay(arm, tmp_path, monkeypatch):
+    """The incident's one-victim cell with arm64 earlyoom, launcher, collector and agent: the job's memory (the
+    STAND-IN above) takes MemAvailable past the SIGTERM line; the trainer is signalled first and alone; the vLLM
+    stand-in (the larger RSS), the notebook, sshd and an open SSH session survive; the kill is counted once."""
+    monkeypatch.setenv("SPARKGUARD_LAB_THRESHOLDS", "1")
+    plan = ReplayPlan.from_host()
+    # As every replay: earlyoom's lab lines (just below the host's MemAvailable) and no monitoring, whose alert
+    # lines must sit below earlyoom's; the kills collector is earlyoom's own. Only the roles the cell runs on
+    # (base, earlyoom, swap for sparkguard-train): every operation costs seconds under emulation, and the
+    # whole site on arm64 is the test above.
+    inventory = arm.inventory_with(tmp_path / "replay", f"    earlyoom: {{term_percent: {plan.term_percent}, "
+                                   f"kill_percent: {plan.kill_percent}, report_interval_s: 1, "
+                                   "gpu_ranking_interval_s: 0.5}\n"
+                                   "    recovery: {enabled: false}\n    vllm: {enabled: false}\n")
+    started = time.monotonic()
+    applied = run_deploy(load_inventory(inventory), site_deploy)
+    assert applied.ok, json.dumps(applied.as_dict(), indent=1, default=str)
+    TIMES["replay's apply"] = time.monotonic() - started
+    started = time.monotonic()
+    result = run_cell(arm, NODE, plan, ONE_VICTIM)
+    TIMES["one-victim replay"] = time.monotonic() - started
+    report(f"arm64 one-victim replay (earlyoom 1.7 under emulation): SIGTERM {result.reaction_s * 1000:.0f} ms "
+           f"after the line, job gone {result.job_gone_s or 0:.1f} s after the signal"
+           if result.reaction_s is not None else "arm64 one-victim replay: no SIGTERM")
+    assert_incident_outcome(result, ONE_VICTIM)

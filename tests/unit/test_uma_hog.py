@@ -210,6 +210,27 @@ def test_memfd_holds_hugetlb_pages_through_a_memfd_outside_vmrss(surp_before, st
     wait_until("the pages back once the only holder is gone", lambda: meminfo("HugePages_Surp") <= surp_before)
 
 
+def test_unmapped_holds_the_pages_through_the_descriptor_alone(surp_before, start_hog):
+    """--unmapped (arm64 under qemu user emulation): the pages are allocated and held with no mapping at all."""
+    hog = start_hog("--memfd", "--unmapped", "--step-mib", "16", "--max-mib", "32", "--interval-s", "0.05", "--hold")
+    hog.wait_event("max-reached")
+    pid = hog.proc.pid
+    assert meminfo("HugePages_Surp") >= surp_before + 16, "fallocate alone must take the huge pages"
+    assert status_kib(pid, "HugetlbPages") == 0
+    assert "/memfd:" not in Path(f"/proc/{pid}/maps").read_text()
+    assert [t for t in fd_targets(pid) if t.startswith("/memfd:")] == ["/memfd:sparkguard-uma-hog (deleted)"]
+    assert [e["allocated_mib"] for e in hog.events("step")] == [16, 32]
+    hog.proc.send_signal(signal.SIGTERM)
+    assert hog.proc.wait(timeout=5) == 143
+    wait_until("the pages back once the descriptor is closed", lambda: meminfo("HugePages_Surp") <= surp_before)
+
+
+def test_unmapped_without_memfd_is_a_usage_error():
+    done = run_usage_error("--unmapped", "--max-mib", "2")
+    assert done.returncode == 2
+    assert "--memfd" in done.stderr
+
+
 def test_helpers_keep_the_memory_after_the_main_process_dies_until_they_leave(surp_before, start_hog):
     hog = start_hog("--memfd", "--step-mib", "8", "--max-mib", "16", "--interval-s", "0.05", "--hold",
                     "--helpers", "2", "--helper-comm", "pt_data_worker", "--helper-watch-s", "0.2", "--helper-linger-s", "0.5")
