@@ -114,17 +114,19 @@ pytest_run() {
 
 # The node tiers in two phases. First the VM tier and the sandbox tier side by side, each one test at a
 # time, the replays left out: a VM and the sandbox nodes share only the host's CPUs, and none of these tests
-# sizes anything from the host's memory. Then the replays (pyproject's "replay" marker) alone: their lines
-# come from the host's MemAvailable, which a VM booting or stopping beside them would move.
+# sizes anything from the host's memory. A VM module with a VM of its own (pyproject's "sandbox_lane"
+# marker) runs in the sandbox lane, after the sandbox modules, so that both lanes end about together: the VM
+# lane is the longer one. Then the replays (pyproject's "replay" marker) alone: their lines come from the
+# host's MemAvailable, which a VM booting or stopping beside them would move.
 node_tiers() {
   local vm_log; vm_log=$(mktemp /tmp/sparkguard-vm-tier.XXXXXX.log)
   log "VM tier, replays left out, beside the sandbox tier (its log: $vm_log, shown here when both end)"
-  pytest_run -p no:cacheprovider -m "vm and not replay" --durations=15 --durations-min=20 "$@" >"$vm_log" 2>&1 &
+  pytest_run -p no:cacheprovider -m "vm and not sandbox_lane and not replay" --durations=15 --durations-min=20 "$@" >"$vm_log" 2>&1 &
   local vm_pid=$!
   # A background job ignores Ctrl-C: stop it with the run (qemu dies with its pytest).
   trap 'kill -TERM "$vm_pid" 2>/dev/null' INT TERM
-  log "sandbox tier, replays left out"
-  pytest_run -m "sandbox and not replay" --durations=15 --durations-min=20 "$@"
+  log "sandbox tier, replays left out, then the VM modules marked sandbox_lane"
+  pytest_run -m "(sandbox or sandbox_lane) and not replay" --durations=15 --durations-min=20 "$@"
   local sandbox=$?
   wait "$vm_pid"
   local vm=$?

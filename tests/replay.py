@@ -335,6 +335,18 @@ def _kills_total(counter: str) -> int:
     return 0
 
 
+def _counter_after(ssh, kills_before: int, signalled: bool) -> str:
+    """The kills counter once the path unit has collected the kill: polled until it moves (at most 10 s) when the
+    guard signalled someone; else read after 2 s, the time a collection would have taken, so a kill nobody saw
+    signalled is still counted in what the test asserts."""
+    deadline = time.time() + (10.0 if signalled else 2.0)
+    while True:
+        _, counter, _ = ssh("cat /var/lib/prometheus/node-exporter/sparkguard_earlyoom.prom")
+        if (signalled and _kills_total(counter) > kills_before) or time.time() >= deadline:
+            return counter
+        time.sleep(0.25)
+
+
 def _first_victim(log: str) -> int | None:
     """The first victim's PID in the guard's journal: earlyoom's own line, or nohang's action script's."""
     for line in log.splitlines():
@@ -466,7 +478,7 @@ def run_cell(handle, node: str, plan: ReplayPlan, launch: Launch, timeout_s: flo
     cleanup = (f"systemctl stop {HOG_UNIT} {BYSTANDER_UNIT} {VLLM_UNIT} {OLLAMA_UNIT} 'sparkguard-job-replay-*' "
                f"2>/dev/null; pkill -9 -f '[s]parkguard-uma-hog'; "
                f"systemctl reset-failed {HOG_UNIT} {BYSTANDER_UNIT} {VLLM_UNIT} {OLLAMA_UNIT} 2>/dev/null; "
-               f"rm -f {HOG_REPORT} {GO_FIFO} {HOG_PIDFILE} {OLLAMA_REPORT}; touch {SSH_SESSION_END}; "
+               f"rm -f {HOG_REPORT} {GO_FIFO} {HOG_PIDFILE} {OLLAMA_REPORT} {BYSTANDER_REPORT}; touch {SSH_SESSION_END}; "
                f"for c in $(ls /run/fake-docker 2>/dev/null); do docker rm -f $c; done; true")
     ssh(cleanup)
     if launch.no_nvidia_smi:
@@ -481,9 +493,11 @@ def run_cell(handle, node: str, plan: ReplayPlan, launch: Launch, timeout_s: flo
         sampler = None
         try:
             _, counter_before, _ = ssh("cat /var/lib/prometheus/node-exporter/sparkguard_earlyoom.prom")
-            rc, _, err = ssh(f"systemd-run --unit {BYSTANDER_UNIT} -q sparkguard-anon-hog --mib 256 --comm python3 && "
+            rc, _, err = ssh(f"install -m 666 /dev/null {BYSTANDER_REPORT} && "
+                             f"systemd-run --unit {BYSTANDER_UNIT} -q sparkguard-anon-hog --mib 256 --comm python3 "
+                             f"--report {BYSTANDER_REPORT} && "
                              f"systemd-run --unit {VLLM_UNIT} -q -p OOMScoreAdjust={serving_adj} "
-                             f"sparkguard-anon-hog --mib 384 --comm VLLM::EngineCor")
+                             f"sparkguard-anon-hog --mib 384 --comm VLLM::EngineCor --report {BYSTANDER_REPORT}")
             assert rc == 0, err
             if launch.beside_ollama:
                 _start_ollama(ssh)
@@ -500,7 +514,7 @@ def run_cell(handle, node: str, plan: ReplayPlan, launch: Launch, timeout_s: flo
             if launch.host_cgroup:
                 host_pid = host_pid_of(container_pid, handle.node(node).pid)
                 (group / "cgroup.procs").write_text(str(host_pid))
-            time.sleep(1.5)  # the bystanders finish touching their pages before the trainer starts
+            _wait_for_bystanders(ssh)  # every page touched before the trainer starts
             baseline = meminfo_kib("HugePages_Surp")
             sampler = HostSampler()
             ssh(f"echo go > {GO_FIFO}")
@@ -550,8 +564,7 @@ def run_cell(handle, node: str, plan: ReplayPlan, launch: Launch, timeout_s: flo
                                f"systemctl is-active {OLLAMA_UNIT}")
             _, alive, _ = ssh(f"pgrep -x sshd >/dev/null && echo sshd; systemctl is-active {guard}")
             session_ok = session.survived(handle, node)
-            time.sleep(2.0)  # the path unit collects the kill event
-            _, counter, _ = ssh("cat /var/lib/prometheus/node-exporter/sparkguard_earlyoom.prom")
+            counter = _counter_after(ssh, _kills_total(counter_before), signalled=signal_at is not None)
             _, log, _ = ssh(f"journalctl -u {guard} --since '{since}' --no-pager -o cat")
             _, collected, _ = ssh(f"journalctl -t sparkguard-earlyoom --since '{since}' --no-pager -o cat; "
                                   f"echo '-- agent --'; journalctl -u sparkguard-gpu-ranking --since '{since}' "
@@ -604,6 +617,7 @@ def run_cell(handle, node: str, plan: ReplayPlan, launch: Launch, timeout_s: flo
 
 
 OLLAMA_REPORT = "/tmp/sg-replay-ollama.jsonl"
+BYSTANDER_REPORT = "/tmp/sg-replay-bystanders.jsonl"
 
 
 def _start_ollama(ssh) -> None:
@@ -638,6 +652,16 @@ def run_replay(handle, node: str, plan: ReplayPlan, timeout_s: float = 120, oom_
     """One cell: the trainer through sparkguard-oom-first, or (``oom_first=False``) plain python3 in a cgroup."""
     launch = LAUNCHES["sparkguard-oom-first" if oom_first else "python3 in a --memory cgroup"]
     return run_cell(handle, node, plan, launch, timeout_s, guard=guard)
+
+
+def _wait_for_bystanders(ssh, timeout_s: float = 60.0) -> None:
+    """Both bystanders (notebook, vLLM stand-in) have touched all their pages: two "ready" lines in their report."""
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        if ssh(f"grep -c '\"ready\"' {BYSTANDER_REPORT}")[1].strip() == "2":
+            return
+        time.sleep(0.1)
+    raise TimeoutError(f"the bystanders did not touch their pages: {ssh(f'cat {BYSTANDER_REPORT}')[1]}")
 
 
 def _wait_for_pidfile(ssh) -> int:

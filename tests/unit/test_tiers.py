@@ -6,6 +6,7 @@ the hook the real suite runs, not a copy: a sandbox test there would write a fil
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import textwrap
@@ -66,3 +67,27 @@ def test_a_green_unit_tier_goes_on_and_all_tiers_goes_on_anyway(project):
 def test_markers_pick_one_tier(project):
     result, ran = project(True, "-m", "unit")
     assert result.returncode == 0 and not ran and "1 passed, 1 deselected" in result.stdout, result.stdout
+
+
+def _collected(marker_expression: str) -> set[str]:
+    result = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                             "-m", marker_expression, "tests/sandbox", "tests/vm"],
+                            cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode in (0, 5), result.stdout + result.stderr
+    return {line for line in result.stdout.splitlines() if "::" in line}
+
+
+def test_the_full_runs_phases_take_every_node_test_exactly_once():
+    """dev.sh's node_tiers: the VM lane, the sandbox lane (with the VM modules marked sandbox_lane) and the
+    replays alone. A test no phase selects would never run in CI; one two phases select would run twice, and
+    a replay in a lane would size memory while a VM boots beside it."""
+    script = (REPO / "dev.sh").read_text()
+    body = script[script.index("node_tiers() {"):script.index("run_tests() {")]
+    phases = [e.strip('"') for e in re.findall(r'pytest_run (?:-p no:cacheprovider )?-m ("[^"]+"|\S+)', body)]
+    assert len(phases) == 3, phases
+    picked = [_collected(expression) for expression in phases]
+    every = _collected("sandbox or vm")
+    assert every and set().union(*picked) == every
+    assert sum(len(p) for p in picked) == len(every), "a node test is in two phases"
+    replays = _collected("replay")
+    assert picked[2] == replays, "the last phase is the replays, alone"
