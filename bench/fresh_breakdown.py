@@ -21,7 +21,6 @@ from typing import Any
 from nodes import booted_nodes
 from pyinfra.connectors.ssh import SSHConnector
 
-from sparkguard import snapshot
 from sparkguard.builtin_roles import register
 from sparkguard.converge import site_deploy
 from sparkguard.inventory import load_inventory
@@ -63,7 +62,6 @@ SSHConnector.put_file = _timed(SSHConnector.put_file, upload=True)
 
 def timed_apply(inventory: Any) -> float:
     TIMED.clear()
-    snapshot.clear()
     start = time.perf_counter()
     result = run_deploy(load_inventory(inventory), site_deploy)
     elapsed = time.perf_counter() - start

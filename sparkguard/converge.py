@@ -23,7 +23,7 @@ from pyinfra.api.operation import OperationMeta
 from pyinfra.facts.deb import DebPackages
 from pyinfra.operations import apt, files, systemd
 
-from . import livediff, node_lock, registry, snapshot
+from . import livediff, node_lock, registry, run_context, snapshot
 from .auditing import ProbeOutput, ensure_key
 from .desired import node_profile
 from .errors import Problem
@@ -96,13 +96,11 @@ def role_preflight(host_name: str, config: HostConfig, info: NodeInfo) -> list[P
     return problems
 
 
-node_info_cache: dict[str, NodeInfo] = {}
-
-
 def current_node_info(config: HostConfig) -> NodeInfo:
-    """The node's facts, from this run's snapshot of it (one round trip that also reads every role's state)."""
+    """The node's facts, from this run's snapshot of it (one round trip that also reads every role's state);
+    kept in the run's context for the report."""
     info = snapshot.take(host.name, config).info
-    node_info_cache[host.name] = info
+    run_context.current().node_info[host.name] = info
     return info
 
 
@@ -234,7 +232,7 @@ def converge(state: DesiredState) -> None:
 
 
 def _in_container(snap: ProbeOutput | None) -> bool:
-    info = snap.info if snap else node_info_cache.get(host.name) or host.get_fact(NodeFacts)
+    info = snap.info if snap else run_context.current().node_info.get(host.name) or host.get_fact(NodeFacts)
     return info.container
 
 

@@ -16,31 +16,13 @@ from collections.abc import Iterable
 
 from pyinfra.api import FactBase
 
+from . import run_context
 from .state import DesiredState
 
 MAX_BYTES = 1 << 20  # a larger live file is reported by size only
-_collecting = False
-_diffs: dict[str, list[str]] = {}
-
-
-def start() -> None:
-    """Collect diffs during the coming (dry) run."""
-    global _collecting
-    _collecting = True
-    _diffs.clear()
-
-
-def stop() -> dict[str, list[str]]:
-    """Stop collecting; the diffs, by host."""
-    global _collecting
-    _collecting = False
-    collected = {host: list(diffs) for host, diffs in _diffs.items()}
-    _diffs.clear()
-    return collected
-
-
 def collecting() -> bool:
-    return _collecting
+    """This run asked for diffs (a dry run with --diff: ``run_context.begin(collect_diffs=True)``)."""
+    return run_context.current().diffs is not None
 
 
 class LiveFiles(FactBase[dict[str, "LiveFile"]]):
@@ -125,8 +107,12 @@ def file_diff(path: str, live: LiveFile | None, desired: str, secret: bool) -> s
 
 
 def record(host_name: str, state: DesiredState, live: dict[str, LiveFile]) -> None:
-    """Keep the diffs of one role's files on one host (called by converge during a dry run)."""
+    """Keep the diffs of one role's files on one host, in the run's context (converge calls it in a dry run
+    that asked for diffs)."""
+    diffs = run_context.current().diffs
+    if diffs is None:
+        return
     for managed in state.files:
         diff = file_diff(managed.path, live.get(managed.path), managed.content, managed.secret)
         if diff:
-            _diffs.setdefault(host_name, []).append(diff)
+            diffs.setdefault(host_name, []).append(diff)

@@ -30,6 +30,8 @@ from dataclasses import dataclass
 
 import paramiko
 
+from . import run_context
+
 LOCK_FILE = "/run/sparkguard-apply.lock"
 COMMIT_FILE = "/run/sparkguard-commit.lock"
 LOST_EXIT = 75  # a fenced step found its apply gone
@@ -76,9 +78,10 @@ class NodeLock:
     token: str | None = None  # the holder's "pid:start time" on the node (``fenced``), if it said
 
     def release(self) -> None:
-        for name, token in list(_tokens.items()):
+        tokens = run_context.current().lock_tokens
+        for name, token in list(tokens.items()):
             if token == self.token:
-                del _tokens[name]
+                del tokens[name]
         try:
             self.channel.close()
         except Exception:  # noqa: BLE001 - the connection may be gone already, which releases it too
@@ -86,19 +89,17 @@ class NodeLock:
 
 
 _TOKEN = re.compile(r"[0-9]{1,10}:[0-9]{1,20}")
-# host name -> its held lock's token, for the operations of this run (``fence_token``)
-_tokens: dict[str, str] = {}
 
 
 def remember(host_name: str, lock: NodeLock) -> None:
     """This run's operations on ``host_name`` are fenced by ``lock``."""
     if lock.token:
-        _tokens[host_name] = lock.token
+        run_context.current().lock_tokens[host_name] = lock.token
 
 
 def fence_token(host_name: str) -> str | None:
     """The token of the lock this run holds on ``host_name`` (None: no lock, e.g. plain ``pyinfra``)."""
-    return _tokens.get(host_name)
+    return run_context.current().lock_tokens.get(host_name)
 
 
 def fence_setup() -> str:

@@ -21,7 +21,7 @@ from pyinfra import host
 from pyinfra.api import FactBase, FileUploadCommand, StringCommand, operation
 from pyinfra.operations import server, systemd
 
-from . import node_lock
+from . import node_lock, run_context
 from .filestate import DIR_HELPER, FileState, ManagedFilesState
 from .layout import PENDING_DIR, STAGE_DIR, UPLOAD_DIR
 from .state import FileBody, normal_mode
@@ -59,11 +59,10 @@ def resolve(current: Any, read: Callable[[], Any]) -> Any:
     return read() if current is _FETCH else current
 
 
-# What an operation that changed something may have touched, where it can say: {(host, op hash): items}.
-# A managed_file touches its own path only, so a change of one file leaves what is known of every other
-# file exact (sparkguard.snapshot.fresh). Operations that cannot say (packages, restarts, Ensure fixes)
-# record nothing and count as having touched everything.
-_footprints: dict[tuple[str, str | None], frozenset[str]] = {}
+# What an operation that changed something may have touched, where it can say (the run's
+# ``RunContext.footprints``). A managed_file touches its own path only, so a change of one file leaves what is
+# known of every other file exact (sparkguard.snapshot.fresh). Operations that cannot say (packages,
+# restarts, Ensure fixes) record nothing and count as having touched everything.
 
 
 def file_item(path: str) -> str:
@@ -79,17 +78,12 @@ def unit_item(name: str) -> str:
 
 
 def footprint(host_name: str, op_hash: str | None) -> frozenset[str] | None:
-    return _footprints.get((host_name, op_hash))
-
-
-def forget_footprints() -> None:
-    _footprints.clear()
-    _changed.clear()
+    return run_context.current().footprints.get((host_name, op_hash))
 
 
 def _touches(*items: str) -> None:
     """Inside an operation that is about to change something: it touches ``items`` and nothing else."""
-    _footprints[(host.name, host.current_op_hash)] = frozenset(items)
+    run_context.current().footprints[(host.name, host.current_op_hash)] = frozenset(items)
 
 
 
@@ -112,14 +106,11 @@ class FileSpec(FileBody):
         return cls(body.path, body.content, body.mode, body.owner, body.group, body.validate, pending)
 
 
-# The files (directories) a managed_files (directories) operation changed on a host, in order:
-# {(host, op hash): paths}. Restarts ask for their own file (``path_changed``); the report lists each one.
-_changed: dict[tuple[str, str | None], tuple[str, ...]] = {}
-
-
+# The files (directories) a managed_files (directories) operation changed on a host, in order (the run's
+# ``RunContext.changed_paths``). Restarts ask for their own file (``path_changed``); the report lists each one.
 def changed_paths(host_name: str, op_hash: str | None) -> tuple[str, ...] | None:
     """The paths a managed_files or directories operation changed (None: not such an operation, or not run)."""
-    return _changed.get((host_name, op_hash))
+    return run_context.current().changed_paths.get((host_name, op_hash))
 
 
 def path_changed(meta: Any, path: str) -> Callable[[], bool]:
@@ -172,7 +163,7 @@ def managed_files(files: tuple[FileSpec, ...], current: Any = _FETCH, fence: str
             fixes += fix
             fixed.append(spec.path)
     changed = tuple(spec.path for spec in files if spec.path in fixed or spec in writes)
-    _changed[(host.name, host.current_op_hash)] = changed
+    run_context.current().changed_paths[(host.name, host.current_op_hash)] = changed
     _touches(*(file_item(path) for path in changed))
     if not writes:
         if fixes:
@@ -520,7 +511,7 @@ def directories(items: tuple[Any, ...], current: Any = _FETCH) -> Commands:
         elif item.group is not None:
             steps.append(f"chgrp {item.group} {q}")
         changed.append(item.path)
-    _changed[(host.name, host.current_op_hash)] = tuple(changed)
+    run_context.current().changed_paths[(host.name, host.current_op_hash)] = tuple(changed)
     _touches(*(directory_item(path) for path in changed))
     if steps:
         yield _shell(steps)

@@ -25,12 +25,12 @@ from pyinfra.api.operations import run_ops
 from pyinfra.api.state import BaseStateCallback, StateStage
 from pyinfra.connectors.sshuserclient.client import get_host_keys
 
-from . import livediff, node_lock, registry, snapshot
-from .converge import node_info_cache
+from . import node_lock, registry, run_context
 from .errors import ConfigError, ConnectError, NodeBusyError, Problem
 from .facts import NodeInfo
 from .inventory import Inventory, InventoryHost
 from .operations import changed_paths
+from .run_context import RunContext
 from .selection import select_hosts
 
 
@@ -183,27 +183,22 @@ def run_deploy(inventory: Inventory, deploy_factory: Callable[[], Callable[[], N
     ``diff`` (dry runs only): also read every managed file on the node and keep a unified diff per host."""
     if diff and not dry:
         raise ValueError("diff is for dry runs")
-    if diff:
-        livediff.start()
-    try:
-        result = _run_deploy(inventory, deploy_factory, dry=dry, limit=limit, verbose=verbose,
-                             skip_unreachable=skip_unreachable, progress=progress)
-    finally:
-        diffs = livediff.stop() if diff else {}
+    # This run's own knowledge (snapshots, footprints, lock tokens, diffs): nothing from an earlier run.
+    run = run_context.begin(collect_diffs=diff)
+    result = _run_deploy(inventory, deploy_factory, run, dry=dry, limit=limit, verbose=verbose,
+                         skip_unreachable=skip_unreachable, progress=progress)
     for host_result in result.hosts:
-        host_result.diffs = diffs.get(host_result.host, [])
+        host_result.diffs = list((run.diffs or {}).get(host_result.host, []))
     return result
 
 
-def _run_deploy(inventory: Inventory, deploy_factory: Callable[[], Callable[[], None]], *, dry: bool,
+def _run_deploy(inventory: Inventory, deploy_factory: Callable[[], Callable[[], None]], run: RunContext, *, dry: bool,
                 limit: list[str] | None, verbose: bool, skip_unreachable: bool,
                 progress: Callable[[str], None] | None) -> ApplyResult:
     import pyinfra
 
     pyinfra.is_cli = False
     quiet_pyinfra(verbose)
-    node_info_cache.clear()
-    snapshot.clear()
     # pyinfra memoizes known_hosts per process; a long-lived caller (tests, a
     # fixed known_hosts after a reimage) must see the file as it is now.
     get_host_keys.cache.clear()
@@ -242,7 +237,7 @@ def _run_deploy(inventory: Inventory, deploy_factory: Callable[[], Callable[[], 
                 run_ops(state)
             except PyinfraError:
                 pass  # "No hosts remaining!": every host failed an operation; reported per host below
-        return _collect(state, entries, dry, unreachable)
+        return _collect(state, entries, run, dry, unreachable)
     finally:
         for lock in locks:
             lock.release()
@@ -331,7 +326,7 @@ def describe_host(entry: InventoryHost, node: NodeInfo) -> dict[str, str]:
     return described
 
 
-def _collect(state: State, entries: list[InventoryHost], dry: bool,
+def _collect(state: State, entries: list[InventoryHost], run: RunContext, dry: bool,
              unreachable: dict[str, str] | None = None) -> ApplyResult:
     results = []
     for entry in entries:
@@ -340,7 +335,7 @@ def _collect(state: State, entries: list[InventoryHost], dry: bool,
                                                           f"{unreachable[entry.name]} Nothing was applied to it."]))
             continue
         host = state.inventory.get_host(entry.name)
-        result = HostResult(entry.name, node=node_info_cache.get(entry.name))
+        result = HostResult(entry.name, node=run.node_info.get(entry.name))
         if result.node is not None:
             result.described = describe_host(entry, result.node)
         failed_before = host in state.failed_hosts

@@ -20,39 +20,27 @@ from typing import Any
 
 from pyinfra import host, state
 
+from . import run_context
 from .auditing import ProbeOutput
 from .desired import variant_states
 from .hostconfig import HostConfig
-from .operations import FETCH, STAGE_DIR, UPLOAD_DIR, Known, footprint, forget_footprints
+from .operations import FETCH, STAGE_DIR, UPLOAD_DIR, Known, footprint
 from .probe import HELPERS, MANAGER, NodeProbe, parse_output, q, script, state_lines
 from .state import DesiredState
 
-# (host, probe script) -> what it read; one script per host for the site deploy. A team's deploy that
-# calls several roles with their own settings gets one per distinct set of settings.
-_taken: dict[tuple[str, str], ProbeOutput] = {}
-_latest: dict[str, ProbeOutput] = {}
-
-
-# (host, role) -> (the operation during which the role's state was read again, what it read): see role_read.
-_role_reads: dict[tuple[str, str], tuple[str | None, ProbeOutput]] = {}
-
-
-def clear() -> None:
-    """Forget every snapshot (a new run reads the nodes again)."""
-    _taken.clear()
-    _latest.clear()
-    _role_reads.clear()
-    forget_footprints()
+# What was read lives in the run's RunContext (snapshots, latest_snapshot, role_reads): a new run reads the
+# nodes again.
 
 
 def take(host_name: str, config: HostConfig) -> ProbeOutput:
     """The current host's snapshot, read once per run: the node's facts and every variant of its states."""
+    run = run_context.current()
     text = script(state_lines(variant_states(host_name, config), for_apply=True))
     key = (host_name, text)
-    if key not in _taken:
-        _taken[key] = parse_output(host.get_fact(NodeProbe, script=text) or "")
-    _latest[host_name] = _taken[key]
-    return _taken[key]
+    if key not in run.snapshots:
+        run.snapshots[key] = parse_output(host.get_fact(NodeProbe, script=text) or "")
+    run.latest_snapshot[host_name] = run.snapshots[key]
+    return run.snapshots[key]
 
 
 def fresh(item: str | None = None, since: str | None = None) -> bool:
@@ -96,11 +84,12 @@ def role_read(role: DesiredState, item: str | None = None) -> ProbeOutput:
     about ran since (``fresh(item, since=...)``): a role's files are written after one read, its services
     are started after a second one (restarts come first), not one read per file and service."""
     key = (host.name, role.role)
-    found = _role_reads.get(key)
+    role_reads = run_context.current().role_reads
+    found = role_reads.get(key)
     if found is None or not fresh(item, since=found[0]):
         text = "\n".join([f"MANAGER={q(MANAGER)}", HELPERS, *state_lines([role], for_apply=True), "true"]) + "\n"
         found = (host.current_op_hash, parse_output(host.get_fact(NodeProbe, script=text) or ""))
-        _role_reads[key] = found
+        role_reads[key] = found
     return found[1]
 
 
@@ -112,17 +101,13 @@ def picked(table: Callable[[ProbeOutput], dict[str, Any]], key: str,
 
 def covering(desired: DesiredState) -> ProbeOutput | None:
     """This host's snapshot if it read everything ``desired`` is about (else the role reads its own facts)."""
-    snap = _taken_for_host()
+    snap = run_context.current().latest_snapshot.get(host.name)
     if snap is None:
         return None
     paths = [f.path for f in desired.files] + [e.path for e in desired.edits]
     if not all(p in snap.files for p in paths) or not all(p in snap.packages for p in desired.packages):
         return None
     return snap
-
-
-def _taken_for_host() -> ProbeOutput | None:
-    return _latest.get(host.name)
 
 
 def leftovers(snap: ProbeOutput, directories: tuple[str, ...]) -> dict[str, list[str]]:

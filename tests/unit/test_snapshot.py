@@ -14,7 +14,7 @@ from pyinfra.context import ctx_host, ctx_state
 from pyinfra.facts.server import Sysctl
 from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
-from sparkguard import operations, snapshot
+from sparkguard import operations, run_context, snapshot
 from sparkguard.auditing import ProbeOutput
 from sparkguard.facts import parse_probe
 from sparkguard.filestate import file_state
@@ -148,9 +148,9 @@ def _run(ops: list[tuple[str, bool | None]], current: str, item: str | None = No
         metas[name] = SimpleNamespace(operation_meta=meta)
     fake_host = FakeHost(current, [name for name, _ in ops])
     fake_state = SimpleNamespace(ops={fake_host: metas})
-    operations.forget_footprints()
+    run = run_context.begin()
     for op_hash, items in (touched or {}).items():
-        operations._footprints[("node-1", op_hash)] = frozenset(items)
+        run.footprints[("node-1", op_hash)] = frozenset(items)
     with ctx_host.use(fake_host), ctx_state.use(fake_state):
         return snapshot.fresh(item, since)
 
@@ -209,7 +209,7 @@ def test_once_stale_a_role_is_read_again_in_one_round_trip():
         meta = SimpleNamespace(is_complete=lambda n=name: n in changed, did_change=lambda n=name: changed.get(n, False))
         metas[name] = SimpleNamespace(operation_meta=meta)
     fake_host = Host("w_a", order)
-    snapshot.clear()
+    run_context.begin()
     files = partial(snapshot.picked, lambda read: read.files, convert=file_state)
     with ctx_host.use(fake_host), ctx_state.use(SimpleNamespace(ops={fake_host: metas})):
         first = snapshot.known(None, operations.file_item("/etc/a"), role, files(key="/etc/a"))
