@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from nodes import booted_nodes  # noqa: E402
 
-import roles  # noqa: E402
+from sparkguard import roles  # noqa: E402
 from sparkguard.converge import site_deploy  # noqa: E402
 from sparkguard.dev import sandbox  # noqa: E402
 from sparkguard.inventory import load_inventory  # noqa: E402

@@ -34,7 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import roles  # noqa: E402
+from sparkguard import roles  # noqa: E402
 from tests.vm import (
     applying,  # noqa: E402
     incident,  # noqa: E402
@@ -65,7 +65,7 @@ def run_arm(image, arm: str, limit_s: float, workdir: Path, shape: str) -> incid
         serving_adj = None
         term_line = incident.term_line_kib(node)     # the shipped line: where the guard would act, on both arms
         if arm == "treatment":
-            from roles.vllm.settings import VllmSettings
+            from sparkguard.roles.vllm.settings import VllmSettings
 
             serving_adj = VllmSettings().oom_score_adj
             applying.apply(applying.vm_inventory(node, workdir / f"{arm}-inv", incident.treatment_vars(), KEEP))

@@ -21,7 +21,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from roles.monitoring.alerts import AlertThresholds  # noqa: E402
+from sparkguard.roles.monitoring.alerts import AlertThresholds  # noqa: E402
 from tests.promtool.scenarios import (  # noqa: E402
     GB,
     INCIDENT_AVAILABLE,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-import roles
+from sparkguard import roles
 
 roles.register()  # the tests call the core directly, as an entry point would
 

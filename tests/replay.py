@@ -471,7 +471,7 @@ def _wait_until_gone(ssh, pids: list[int], timeout_s: float = 30.0) -> float | N
 def run_cell(handle, node: str, plan: ReplayPlan, launch: Launch, timeout_s: float = 120,
              guard: str = "earlyoom") -> ReplayResult:
     """Drive one cell on a node whose guard (earlyoom or nohang) already runs with ``plan``'s lines."""
-    from roles.vllm.settings import VllmSettings
+    from sparkguard.roles.vllm.settings import VllmSettings
 
     install_tools(handle, node)
     ssh = lambda cmd: handle.ssh(node, cmd)  # noqa: E731 - every call is a NEW SSH login

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import yaml
 
-from roles.monitoring.alerts import AlertThresholds, duration_seconds, kernel_oom_victims_template, render_alert_rules
+from sparkguard.roles.monitoring.alerts import AlertThresholds, duration_seconds, kernel_oom_victims_template, render_alert_rules
 
 ALERTS = (
     "NodeMemoryAvailableLow", "NodeMemoryAvailableCritical", "NodeMemoryExhaustionForecast",

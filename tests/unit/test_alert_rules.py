@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from roles.monitoring.alerts import AlertThresholds, duration_seconds, render_alert_rules
+from sparkguard.roles.monitoring.alerts import AlertThresholds, duration_seconds, render_alert_rules
 from tests.conftest import in_ci
 from tests.promtool.scenarios import (
     ALERTS,
@@ -124,7 +124,7 @@ def test_lines_follow_earlyoom_settings():
 
 
 def test_from_earlyoom_role_settings():
-    from roles.earlyoom.settings import EarlyoomSettings
+    from sparkguard.roles.earlyoom.settings import EarlyoomSettings
 
     t = AlertThresholds.from_earlyoom(EarlyoomSettings(term_percent=10, kill_percent=5), warn_percent=18)
     assert (t.term_percent, t.kill_percent, t.critical_percent, t.warn_percent) == (10, 5, 12, 18)
@@ -461,8 +461,8 @@ def test_watchdog_fires_always_and_goes_only_to_the_heartbeat(promtool, tmp_path
     }]}))
     result = run_promtool("test", "rules", str(test))
     assert result.returncode == 0, result.stdout + result.stderr
-    from roles.monitoring.settings import MonitoringSettings
-    from roles.monitoring.state import alertmanager_config
+    from sparkguard.roles.monitoring.settings import MonitoringSettings
+    from sparkguard.roles.monitoring.state import alertmanager_config
 
     config = alertmanager_config(MonitoringSettings(alertmanager={"webhook_url": "https://a.example/h",
                                                                   "heartbeat_url": "https://hc.example/ping/x"}))
@@ -609,7 +609,7 @@ def test_textfile_alerts_render():
 def test_textfile_alerts_do_not_depend_on_the_host_config():
     """One rules file watches every node target (peers included), so whether a node runs the GPU ranking agent
     is read from that node's own systemd collector, never from the rendering host's earlyoom.gpu_ranking."""
-    from roles.earlyoom.settings import EarlyoomSettings
+    from sparkguard.roles.earlyoom.settings import EarlyoomSettings
 
     assert render_alert_rules(AlertThresholds.from_earlyoom(EarlyoomSettings(gpu_ranking=False))) == \
         render_alert_rules(AlertThresholds.from_earlyoom(EarlyoomSettings(gpu_ranking=True)))

@@ -24,7 +24,6 @@ import yaml
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import is_trusted_as_template
 
-from roles.swap.fstab import DISABLE, ENABLE, MARKER
 from sparkguard import registry
 from sparkguard.errors import ConfigError
 from sparkguard.export.ansible.export import (
@@ -45,6 +44,7 @@ from sparkguard.export.ansible.play import CHANGED, ENSURE_SCRIPT, ROLE_TASKS, S
 from sparkguard.export.ansible.secret_stand_ins import StandIns
 from sparkguard.inventory import load_inventory
 from sparkguard.render import host_states
+from sparkguard.roles.swap.fstab import DISABLE, ENABLE, MARKER
 from sparkguard.safe_write import OutputPathError
 from sparkguard.state import DesiredState, FileEdit, ManagedFile
 from tests.conftest import REPO, run_cli

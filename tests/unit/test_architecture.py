@@ -30,12 +30,27 @@ def imports(path: Path) -> set[str]:
 
 
 def modules(folder: str) -> list[Path]:
+    """The folder's Python files; not through a link (sparkguard/roles links to roles/, which is not the core)."""
     return sorted((REPO / folder).rglob("*.py"))
 
 
+def is_role_module(name: str) -> bool:
+    return name in ("roles", "sparkguard.roles") or name.startswith(("roles.", "sparkguard.roles."))
+
+
 def test_the_core_imports_no_role_except_its_entry_points():
-    offenders = {str(p.relative_to(REPO)): sorted(m for m in imports(p) if m == "roles" or m.startswith("roles."))
+    offenders = {str(p.relative_to(REPO)): sorted(m for m in imports(p) if is_role_module(m))
                  for p in modules("sparkguard") if str(p.relative_to(REPO)) not in ENTRY_POINTS}
+    assert {p: m for p, m in offenders.items() if m} == {}
+
+
+def test_the_roles_have_one_import_name():
+    """``sparkguard.roles``, in a checkout (sparkguard/roles links to roles/) as in the wheel: a module imported
+    as ``roles.x`` too would be a second copy, whose settings classes the registry's are not."""
+    link = REPO / "sparkguard" / "roles"
+    assert link.is_symlink() and link.resolve() == REPO / "roles"
+    offenders = {str(p.relative_to(REPO)): sorted(m for m in imports(p) if m == "roles" or m.startswith("roles."))
+                 for folder in ("sparkguard", "roles", "tests", "bench", "deploy", "docs") for p in modules(folder)}
     assert {p: m for p, m in offenders.items() if m} == {}
 
 
@@ -62,7 +77,9 @@ def cross_role_references(role: str, path: Path, names: set[str]) -> list[tuple[
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.ImportFrom):
             module = (node.module or "").split(".") if node.module else []
-            if node.level == 0 and module[:1] == ["roles"]:
+            if node.level == 0 and module[:2] == ["sparkguard", "roles"]:
+                parts = module[2:]
+            elif node.level == 0 and module[:1] == ["roles"]:
                 parts = module[1:]
             elif node.level == 2:
                 parts = module
@@ -74,6 +91,7 @@ def cross_role_references(role: str, path: Path, names: set[str]) -> list[tuple[
         elif isinstance(node, ast.Import):
             for alias in node.names:
                 parts = alias.name.split(".")
+                parts = parts[1:] if parts[:2] == ["sparkguard", "roles"] else parts
                 if parts[0] == "roles" and len(parts) > 1 and parts[1] != role:
                     found.append((parts[1], "import " + alias.name))
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "settings":
@@ -93,7 +111,7 @@ def test_a_role_reads_another_only_typed_and_only_where_it_declares_it():
     swap, vllm and monitoring use base's target or sysctl checker, budget reads vllm's models and earlyoom's
     lines into the node's plan, and vllm sizes its servers from that plan. Each is declared on the Role and goes through the other
     role's settings class; an undeclared or untyped read fails here."""
-    from roles import ROLES
+    from sparkguard.roles import ROLES
 
     declared = {role.name: set(role.requires) | set(role.uses) | set(role.reads) for role in ROLES}
     names = set(declared)
@@ -116,7 +134,7 @@ def test_a_role_reads_another_only_typed_and_only_where_it_declares_it():
 def test_the_core_reads_no_roles_settings():
     """The memory arithmetic stays in the core (sparkguard/domain/memory/planner.py), but what a role's settings mean for it
     is read by the role (roles/budget/plan.py): no core module reads ``config.<role>`` or ``settings("<role>")``."""
-    from roles import ROLES
+    from sparkguard.roles import ROLES
 
     names = {role.name for role in ROLES}
     found = {str(path.relative_to(REPO)): how for path in sorted((REPO / "sparkguard").rglob("*.py"))
@@ -128,11 +146,13 @@ def test_the_edge_check_catches_an_untyped_or_undeclared_read(tmp_path):
     """The check itself has teeth: each way of reaching another role is found."""
     path = tmp_path / "m.py"
     path.write_text("from ..vllm.settings import VllmSettings\nfrom roles.base import state\n"
+                    "from sparkguard.roles.earlyoom import audit\n"
                     "x = ctx.settings('vllm').oom_score_adj\ny = config.earlyoom.term_percent\n"
                     "z = ctx.config.base.enabled\nw = config.swap_like\n")
     found = cross_role_references("swap", path, {"vllm", "base", "earlyoom", "swap"})
     assert sorted(found) == sorted([
-        ("vllm", "import vllm.settings"), ("base", "import base.state"), ("vllm", 'untyped settings("vllm")'),
+        ("vllm", "import vllm.settings"), ("base", "import base.state"), ("earlyoom", "import earlyoom.audit"),
+        ("vllm", 'untyped settings("vllm")'),
         ("earlyoom", "untyped config.earlyoom"), ("base", "untyped config.base")])
 
 
@@ -165,5 +185,6 @@ def test_every_product_module_is_held_to_the_strict_type_flags():
     for folder in ("sparkguard", "roles"):
         for path in modules(folder):
             parts = list(path.relative_to(REPO).with_suffix("").parts)
+            parts = ["sparkguard", *parts] if folder == "roles" else parts   # imported as sparkguard.roles
             names.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
     assert [n for n in names if not covered(n)] == []

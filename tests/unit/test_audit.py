@@ -82,7 +82,7 @@ def _ranking_status(state: str, time_s: int, detail: str = "d", holders=()) -> s
 
 
 def test_gpu_ranking_verdict_table():
-    from roles.earlyoom.audit import gpu_ranking_verdict
+    from sparkguard.roles.earlyoom.audit import gpu_ranking_verdict
 
     holder = {"pid": 4242, "comm": "python3", "class": "gpu-holder", "adj": 732}
     rows = [

@@ -12,9 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from roles.recovery.state import BOOT_MARKER, BOOT_REPORT_SOURCE, BOOT_REPORT_UNIT, BOOT_TEXTFILE, BOOT_VERDICT, LAST_UNCLEAN
 from sparkguard.inventory import load_inventory
 from sparkguard.render import host_states
+from sparkguard.roles.recovery.state import (
+    BOOT_MARKER,
+    BOOT_REPORT_SOURCE,
+    BOOT_REPORT_UNIT,
+    BOOT_TEXTFILE,
+    BOOT_VERDICT,
+    LAST_UNCLEAN,
+)
 from tests.conftest import REPO
 
 

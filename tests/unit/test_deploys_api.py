@@ -35,8 +35,8 @@ def test_each_role_alone_validates_with_what_it_declares_it_needs(name):
 def test_recovery_alone_brings_base_whose_sysctl_check_validates_its_file():
     """recovery validates its sysctl file with base's sysctl-check: a deploy of recovery alone once left base off,
     and on a fresh node the validation had no program to run."""
-    from roles.base.interface import SYSCTL_CHECK
-    from roles.recovery.state import SYSCTL_FILE
+    from sparkguard.roles.base.interface import SYSCTL_CHECK
+    from sparkguard.roles.recovery.state import SYSCTL_FILE
 
     config = deploys.role_config("gpu-01", "recovery", {}, {"memory_total_gib": 121.7})
     assert config.base.enabled and config.recovery.enabled

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from roles.earlyoom.facts import GuardVersions, guard_versions, parse_version
 from sparkguard.facts import parse_probe
+from sparkguard.roles.earlyoom.facts import GuardVersions, guard_versions, parse_version
 
 
 @pytest.mark.parametrize("text,expected", [

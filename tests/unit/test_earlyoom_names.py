@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from roles.earlyoom.names import avoid_regex, fragment_problem, prefer_regex, serving_regex
+from sparkguard.roles.earlyoom.names import avoid_regex, fragment_problem, prefer_regex, serving_regex
 
 # comm values as the kernel reports them (15 characters at most).
 TRAINING_COMMS = ["pt_elastic", "pt_main_thread", "accelerate", "deepspeed", "tune", "axolotl", "llamafactory-cl"]

@@ -38,9 +38,9 @@ def test_good_earlyoom_settings(inventory_dir):
 
 
 def _preflight(inventory_dir, raw: dict, newer: str = "refuse"):
-    from roles.earlyoom.checks import preflight
     from sparkguard.facts import parse_probe
     from sparkguard.inventory import load_inventory
+    from sparkguard.roles.earlyoom.checks import preflight
 
     path = inventory_dir(f"""\
         all:

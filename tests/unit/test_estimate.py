@@ -323,7 +323,7 @@ def test_cli_table_shows_gb_and_gib(sparkguard):
 
 def test_cli_defaults_match_the_inventory_defaults(sparkguard):
     """The README's incident number comes out without flags: checkpointing is on by default, as in the inventory."""
-    from roles.budget.settings import TrainingJob
+    from sparkguard.roles.budget.settings import TrainingJob
 
     code, out, _ = sparkguard("estimate", "--model", "gemma-4-26B-A4B", "--method", "lora", "--rank", "16",
                               "--seq-len", "8000", "--json")

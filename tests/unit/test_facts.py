@@ -61,8 +61,8 @@ def test_no_swap_no_gpu():
 
 def test_the_core_probe_names_no_role_and_each_registered_roles_lines_join_it(monkeypatch):
     """The core's probe reads the node only; a role's own facts (earlyoom's versions) come from its fact_probe."""
-    from roles import ROLES
     from sparkguard import registry
+    from sparkguard.roles import ROLES
 
     assert "earlyoom" not in facts.PROBE and "nohang" not in facts.PROBE
     monkeypatch.setattr(registry, "_roles", ())

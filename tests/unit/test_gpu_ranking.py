@@ -22,10 +22,10 @@ from pathlib import Path
 
 import pytest
 
-from roles.earlyoom import gpu_ranking as agent
-from roles.earlyoom.settings import EarlyoomSettings
-from roles.earlyoom.state import ranking_config
 from sparkguard.domain.memory import victim_order as vo
+from sparkguard.roles.earlyoom import gpu_ranking as agent
+from sparkguard.roles.earlyoom.settings import EarlyoomSettings
+from sparkguard.roles.earlyoom.state import ranking_config
 
 MIB = 2**20
 TOTAL_KIB = 121 * 2**20          # 121 GiB in /proc/meminfo's kB
@@ -388,7 +388,7 @@ def test_nvidia_smi_listing_no_one_while_devices_are_held_is_blind(tmp_path, pro
     assert proc.adj(4242) == vo.HOLDER_BASE_ADJ                           # still ranked, by its descriptor
     assert "sparkguard_gpu_ranking_blind 1\n" in metrics and "sparkguard_gpu_ranking_up 0\n" in metrics
     assert "sparkguard_gpu_ranking_device_holders 1\n" in metrics
-    from roles.earlyoom.audit import gpu_ranking_verdict
+    from sparkguard.roles.earlyoom.audit import gpu_ranking_verdict
     ok, actual = gpu_ranking_verdict(json.dumps(status), str(status["time"]))
     assert not ok and "blind" in actual
 

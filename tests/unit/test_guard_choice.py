@@ -11,16 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from roles.earlyoom import guard as guard_module
-from roles.earlyoom.checks import preflight
-from roles.earlyoom.guard import choose_guard, describe
-from roles.earlyoom.names import avoid_regex, prefer_regex
-from roles.earlyoom.settings import EarlyoomSettings
-from roles.earlyoom.state import JOBS_FILE, MARKS_DIR, NOHANG_ACTION, NOHANG_CONF, SPOOL_DIR
-from roles.earlyoom.state import RECORDER as RECORDER_PATH
 from sparkguard.facts import parse_probe
 from sparkguard.inventory import load_inventory
 from sparkguard.render import host_states
+from sparkguard.roles.earlyoom import guard as guard_module
+from sparkguard.roles.earlyoom.checks import preflight
+from sparkguard.roles.earlyoom.guard import choose_guard, describe
+from sparkguard.roles.earlyoom.names import avoid_regex, prefer_regex
+from sparkguard.roles.earlyoom.settings import EarlyoomSettings
+from sparkguard.roles.earlyoom.state import JOBS_FILE, MARKS_DIR, NOHANG_ACTION, NOHANG_CONF, SPOOL_DIR
+from sparkguard.roles.earlyoom.state import RECORDER as RECORDER_PATH
 from tests.conftest import REPO
 
 BOOKWORM = {"earlyoom_version": "earlyoom v1.7", "nohang_candidate": "0.2.0-2"}

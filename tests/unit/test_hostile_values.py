@@ -189,8 +189,8 @@ def test_a_secret_setting_never_reaches_a_render_or_an_error(tmp_path, monkeypat
 
 
 def test_the_vllm_api_key_goes_only_to_the_0600_env_file(tmp_path, monkeypatch):
-    from roles.vllm.state import env_path
     from sparkguard.render import host_states
+    from sparkguard.roles.vllm.state import env_path
 
     monkeypatch.setenv("HF_TOKEN", "hf_dummy")
     monkeypatch.setenv("SG_VLLM_KEY", "sk-local-0123456789")

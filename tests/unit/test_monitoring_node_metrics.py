@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from roles.monitoring.state import NODE_METRICS_SCRIPT, NODE_METRICS_SERVICE
 from sparkguard.inventory import load_inventory
 from sparkguard.render import render_inventory
+from sparkguard.roles.monitoring.state import NODE_METRICS_SCRIPT, NODE_METRICS_SERVICE
 from tests.conftest import REPO
 
 SAMPLE = REPO / "tests/unit/data/nvidia-smi-compute-apps.gb10.csv"

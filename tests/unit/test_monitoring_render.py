@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from roles.monitoring.cadvisor import UPSTREAM_DISABLED, VALID_METRICS
-from roles.monitoring.grafana import DATASOURCE_UID
 from sparkguard.inventory import load_inventory
 from sparkguard.render import render_inventory
+from sparkguard.roles.monitoring.cadvisor import UPSTREAM_DISABLED, VALID_METRICS
+from sparkguard.roles.monitoring.grafana import DATASOURCE_UID
 from tests.conftest import REPO, in_ci
 
 # The example reads its webhook URL from this variable on the operator's machine: set here, it must still

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from roles.monitoring.addresses import split_host_port
+from sparkguard.roles.monitoring.addresses import split_host_port
 from tests.conftest import run_cli
 
 BASE = """

@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from roles.monitoring import web
 from sparkguard.inventory import load_inventory
 from sparkguard.render import host_states
+from sparkguard.roles.monitoring import web
 from tests.certs import self_signed
 from tests.conftest import REPO, in_ci, run_cli, write_inventory
 

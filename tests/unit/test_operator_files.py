@@ -228,8 +228,8 @@ def test_a_valid_pair_renders_and_the_key_stays_out_of_the_render(tmp_path, pem)
 
 
 def test_apply_preflight_only_asks_that_the_files_be_there(tmp_path, pem):
-    from roles.monitoring.checks import preflight
     from sparkguard.facts import NodeInfo
+    from sparkguard.roles.monitoring.checks import preflight
 
     cert, key = pem
     inventory = write_inventory(tmp_path / "inv", INVENTORY.replace("CERT", str(tmp_path / "gone.pem"))

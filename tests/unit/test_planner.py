@@ -12,10 +12,10 @@ import os
 
 import pytest
 
-from roles.budget.plan import plan_host, training_spec
 from sparkguard.domain.memory.estimate import largest_seq_len
 from sparkguard.domain.memory.planner import GIB, SHARED_KV_MARGIN
 from sparkguard.inventory import load_inventory
+from sparkguard.roles.budget.plan import plan_host, training_spec
 from tests.conftest import REPO, run_cli
 
 EXAMPLE = REPO / "inventory" / "example"
@@ -215,8 +215,8 @@ def test_budget_needs_declared_memory(inventory_dir):
 
 def test_served_model_settings_are_documented_in_planner_docs():
     """docs/settings.md does not descend into vllm.models.<name>; docs/planner.md carries that table."""
-    from roles.vllm.settings import ServedModel
     from sparkguard.docs import _rows
+    from sparkguard.roles.vllm.settings import ServedModel
 
     text = (REPO / "docs" / "planner.md").read_text()
     for row in _rows(ServedModel, "vllm.models.<name>."):

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from roles.swap.fstab import MARKER, disable_swap_lines, enable_swap_lines
 from sparkguard.export.ansible.export import _edit
 from sparkguard.inventory import load_inventory
 from sparkguard.render import host_states
+from sparkguard.roles.swap.fstab import MARKER, disable_swap_lines, enable_swap_lines
 
 FSTAB = (
     "# /etc/fstab: static file system information.\n"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from roles.swap.state import TOGGLE_SOURCE
+from sparkguard.roles.swap.state import TOGGLE_SOURCE
 
 
 def toggle(*args: str) -> subprocess.CompletedProcess:

@@ -15,11 +15,11 @@ import json
 
 import pytest
 
-from roles.base.interface import TRAINING_TARGET
-from roles.swap.interface import TRAINING_JOB_PREFIX
-from roles.swap.state import TRAIN_CONFIG
 from sparkguard.inventory import load_inventory
 from sparkguard.render import host_states
+from sparkguard.roles.base.interface import TRAINING_TARGET
+from sparkguard.roles.swap.interface import TRAINING_JOB_PREFIX
+from sparkguard.roles.swap.state import TRAIN_CONFIG
 from tests.conftest import REPO
 
 
@@ -37,7 +37,7 @@ def launcher(tmp_path_factory):
 
 
 def test_the_shipped_launcher_is_the_source_file_and_reads_the_roles_config(launcher):
-    from roles.swap import train_launcher
+    from sparkguard.roles.swap import train_launcher
 
     assert str(train_launcher.CONFIG) == TRAIN_CONFIG == str(launcher.CONFIG)
     assert (launcher.layout.target, launcher.layout.job_prefix) == (TRAINING_TARGET, TRAINING_JOB_PREFIX)
@@ -170,8 +170,8 @@ def test_a_finishing_job_leaves_training_mode_only_if_it_was_the_last(launcher, 
 
 def test_the_reaper_runs_only_while_training_mode_is_on():
     """Its timer is wanted by the target and bound to it, so it never runs outside training mode."""
-    from roles.swap.state import LAUNCHER, REAPER_SERVICE, REAPER_TIMER
     from sparkguard.layout import dropin_path, unit_path
+    from sparkguard.roles.swap.state import LAUNCHER, REAPER_SERVICE, REAPER_TIMER
 
     states = host_states(load_inventory(REPO / "inventory" / "example").host("spark-01"))
     files = {f.path: f.content for state in states for f in state.files}

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import pytest
 
-from roles.vllm.checks import preflight
-from roles.vllm.images import DOCKER_HUB_IMAGE
 from sparkguard.errors import ConfigError
 from sparkguard.facts import NodeInfo
 from sparkguard.inventory import load_inventory
 from sparkguard.render import host_states
+from sparkguard.roles.vllm.checks import preflight
+from sparkguard.roles.vllm.images import DOCKER_HUB_IMAGE
 
 MODEL = "m: {model: org/m, weights_gib: 1, kv_cache_gib: 1, shared_kv_cache_gib: 0.5, runtime_overhead_gib: 0.5}"
 

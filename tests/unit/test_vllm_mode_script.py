@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from roles.vllm.state import MODE_SCRIPT_SOURCE
+from sparkguard.roles.vllm.state import MODE_SCRIPT_SOURCE
 
 FAKE_SYSTEMCTL = """#!/bin/sh
 echo "$*" >> "$SYSTEMCTL_LOG"
@@ -81,7 +81,7 @@ def test_a_relative_mode_directory_is_refused(run):
 
 
 def test_the_unit_passes_the_roles_paths_in_the_scripts_order():
-    from roles.vllm.state import MODE_DIR, MODE_SCRIPT, VLLM_CONFIG_DIR
+    from sparkguard.roles.vllm.state import MODE_DIR, MODE_SCRIPT, VLLM_CONFIG_DIR
     from sparkguard.templating import render_template
 
     unit = render_template("vllm/training@.service.j2", mode_script=MODE_SCRIPT, mode_dir=MODE_DIR,

@@ -9,11 +9,11 @@ import json
 import pytest
 import yaml
 
-from roles.monitoring.checks import preflight
 from sparkguard.errors import ConfigError
 from sparkguard.facts import NodeInfo
 from sparkguard.inventory import load_inventory
 from sparkguard.render import host_states
+from sparkguard.roles.monitoring.checks import preflight
 
 NODE = "  vars:\n    node: {memory_total_gib: 121.7, device_profile: cpu-only}\n"
 INFO = NodeInfo(memory_total_bytes=int(121.7 * 2**30), arch="aarch64")

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from roles import ROLES
 from sparkguard.converge import site_deploy
 from sparkguard.inventory import load_inventory
+from sparkguard.roles import ROLES
 from sparkguard.runner import run_deploy
 
 

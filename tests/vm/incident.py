@@ -113,7 +113,7 @@ def treatment_vars() -> str:
 
 def term_line_kib(vm) -> int:
     """The shipped SIGTERM line on this node, in KiB of MemAvailable."""
-    from roles.earlyoom.settings import EarlyoomSettings
+    from sparkguard.roles.earlyoom.settings import EarlyoomSettings
 
     total = int(vm.check("awk '/^MemTotal:/ {print $2}' /proc/meminfo"))
     return int(total * EarlyoomSettings().term_percent / 100)
@@ -276,7 +276,7 @@ def seed_creep(vm) -> str:
     for (margin + 2) points of MemTotal, then fast again. With the shipped lines (8 %, critical 10 %) the band
     from 10 % to 8 % takes ~3.5 minutes on the VM, longer than NodeMemoryAvailableCritical's `for: 2m`: the
     page comes before the guard acts, as it would in the seed's 20-minute slide at the VM's scale."""
-    from roles.monitoring.alerts import AlertThresholds
+    from sparkguard.roles.monitoring.alerts import AlertThresholds
 
     t = AlertThresholds()
     total_mib = int(vm.check("awk '/^MemTotal:/ {print $2}' /proc/meminfo")) // 1024

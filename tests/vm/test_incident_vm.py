@@ -65,7 +65,7 @@ def done(node) -> bool:
 
 
 def test_the_seeds_job_dies_first_and_whole_and_the_node_stays_reachable(node):
-    from roles.vllm.settings import VllmSettings
+    from sparkguard.roles.vllm.settings import VllmSettings
 
     incident.start_bystanders(node, VllmSettings().oom_score_adj)
     run = incident.run_incident(node, "treatment", limit_s=240, term_line_kib=incident.term_line_kib(node), done=done)

@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from roles.recovery.state import BOOT_TEXTFILE
+from sparkguard.roles.recovery.state import BOOT_TEXTFILE
 from tests.vm import applying
 from tests.vm.watchdog import stall_and_wait_for_reboot, watchdog_state
 

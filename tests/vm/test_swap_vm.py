@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from roles.swap.state import REAPER_GRACE_S, REAPER_SERVICE, REAPER_TIMER
+from sparkguard.roles.swap.state import REAPER_GRACE_S, REAPER_SERVICE, REAPER_TIMER
 from tests.conftest import REPO
 from tests.vm import applying
 from tests.waiting import wait_for
