@@ -23,7 +23,7 @@ from sparkguard.builtin_roles import register
 from sparkguard.converge import site_deploy
 from sparkguard.dev.emulation import ARCHES, host_arch
 from sparkguard.inventory import load_inventory
-from sparkguard.runner import run_deploy
+from sparkguard.run.runner import run_deploy
 
 register()
 

@@ -22,7 +22,7 @@ from sparkguard.audit import run_audit
 from sparkguard.builtin_roles import register
 from sparkguard.converge import site_deploy
 from sparkguard.inventory import load_inventory
-from sparkguard.runner import run_deploy
+from sparkguard.run.runner import run_deploy
 
 register()
 

@@ -43,7 +43,7 @@ from .probe import (
     state_lines,
 )
 from .render import host_states
-from .runner import ConnectErrors, connect_hosts, explain_connect_error, quiet_pyinfra
+from .run.runner import ConnectErrors, connect_hosts, explain_connect_error, quiet_pyinfra
 from .selection import select_hosts
 from .state import DesiredState, Service
 

@@ -23,7 +23,7 @@ from pyinfra.api.operation import OperationMeta
 from pyinfra.facts.deb import DebPackages
 from pyinfra.operations import apt, files, systemd
 
-from . import livediff, node_lock, registry, run_context, snapshot
+from . import registry
 from .auditing import ProbeOutput, ensure_key
 from .desired import node_profile
 from .errors import Problem
@@ -56,6 +56,8 @@ from .operations import service as service_state
 from .preflight import PreflightError
 from .probe import NodeFacts, absent_files_key, absent_units_key, edit_key, stage_directories
 from .role import Role, RoleContext
+from .run import context as run_context
+from .run import livediff, node_lock, snapshot
 from .state import DesiredState, FileEdit, ManagedFile, is_systemd_unit_path
 
 __all__ = ["node_profile", "converge", "current_context", "role_deploy", "site_deploy"]
@@ -188,7 +190,7 @@ def _install_files(state: DesiredState, files: list[ManagedFile], snap: ProbeOut
 def converge(state: DesiredState) -> None:
     """Apply one role's desired state on the current host, one step per kind, in this order.
 
-    Current state comes from this run's snapshot of the node (sparkguard.snapshot) when it read this role;
+    Current state comes from this run's snapshot of the node (sparkguard.run.snapshot) when it read this role;
     otherwise each step reads its own facts.
     """
     if livediff.collecting() and state.files:

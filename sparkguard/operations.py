@@ -21,9 +21,10 @@ from pyinfra import host
 from pyinfra.api import FactBase, FileUploadCommand, StringCommand, operation
 from pyinfra.operations import server, systemd
 
-from . import node_lock, run_context
 from .filestate import DIR_HELPER, FileState, ManagedFilesState
 from .layout import PENDING_DIR, STAGE_DIR, UPLOAD_DIR
+from .run import context as run_context
+from .run import node_lock
 from .state import FileBody, normal_mode
 
 Commands = Generator[StringCommand | FileUploadCommand, None, None]
@@ -38,7 +39,7 @@ class Known:
     """A value read earlier in this run (apply's snapshot), to be trusted only while ``fresh()``.
 
     Operations run long after the snapshot was taken; ``fresh`` says whether anything on the node has
-    changed since (sparkguard.snapshot.fresh). While it has not, the value is exact and the operation needs
+    changed since (sparkguard.run.snapshot.fresh). While it has not, the value is exact and the operation needs
     no round trip of its own; after a change it reads the node again, as it would without a snapshot.
     """
 
@@ -61,7 +62,7 @@ def resolve(current: Any, read: Callable[[], Any]) -> Any:
 
 # What an operation that changed something may have touched, where it can say (the run's
 # ``RunContext.footprints``). A managed_file touches its own path only, so a change of one file leaves what is
-# known of every other file exact (sparkguard.snapshot.fresh). Operations that cannot say (packages,
+# known of every other file exact (sparkguard.run.snapshot.fresh). Operations that cannot say (packages,
 # restarts, Ensure fixes) record nothing and count as having touched everything.
 
 

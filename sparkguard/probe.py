@@ -1,6 +1,6 @@
 """One shell script that reads everything a host's desired states are about, and its parser.
 
-`sparkguard audit` and apply's snapshot (sparkguard/snapshot.py) both read a node with it: one SSH
+`sparkguard audit` and apply's snapshot (sparkguard/run/snapshot.py) both read a node with it: one SSH
 command prints, line by line, the node's facts (``facts.probe_lines``), each package's status, every managed
 file's sha256/mode/owner, each service's state, each sysctl's live value, each ``Ensure`` check's result,
 the files an edit works on, what an ``Absent*`` entry finds and what an interrupted apply left behind.

@@ -18,8 +18,8 @@ from ..console import console as make_console
 from ..converge import role_deploy, site_deploy
 from ..errors import ConfigError, ConnectError, Problem
 from ..inventory import load_inventory
-from ..rollout import roll
-from ..runner import ApplyResult, run_deploy
+from ..run.rollout import roll
+from ..run.runner import ApplyResult, run_deploy
 from ..selection import select_hosts, write_retry_file
 from . import Subcommands
 

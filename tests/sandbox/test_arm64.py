@@ -24,7 +24,7 @@ from sparkguard.converge import site_deploy
 from sparkguard.dev import sandbox
 from sparkguard.errors import ConfigError
 from sparkguard.inventory import load_inventory
-from sparkguard.runner import run_deploy
+from sparkguard.run.runner import run_deploy
 from tests.conftest import run_cli
 from tests.replay import DEVICE, Launch, ReplayPlan, assert_incident_outcome, run_cell
 from tests.reporting import report

@@ -6,7 +6,7 @@ import json
 
 from sparkguard.converge import site_deploy
 from sparkguard.inventory import load_inventory
-from sparkguard.runner import run_deploy
+from sparkguard.run.runner import run_deploy
 
 EARLYOOM_PID = "systemctl show -p MainPID --value earlyoom"
 

@@ -15,7 +15,7 @@ from sparkguard.audit import run_audit
 from sparkguard.converge import site_deploy
 from sparkguard.errors import ConfigError
 from sparkguard.inventory import load_inventory
-from sparkguard.runner import run_deploy
+from sparkguard.run.runner import run_deploy
 from tests.replay import (
     GIB,
     LAUNCHES,

@@ -17,7 +17,7 @@ from sparkguard.converge import site_deploy
 from sparkguard.inventory import load_inventory
 from sparkguard.operations import managed_file
 from sparkguard.render import render_inventory
-from sparkguard.runner import run_deploy
+from sparkguard.run.runner import run_deploy
 from tests.conftest import REPO, run_cli
 from tests.roundtrips import counting
 from tests.sandbox.conftest import NET

@@ -14,7 +14,7 @@ import pytest
 
 from sparkguard.converge import site_deploy
 from sparkguard.inventory import load_inventory
-from sparkguard.runner import run_deploy
+from sparkguard.run.runner import run_deploy
 from tests.replay import LAUNCHES, SHAPES, ReplayPlan, assert_incident_outcome, print_matrix, remove_tools, run_cell
 
 # Memory lines from the host's MemAvailable: the full run takes this module alone (pyproject's "replay").

@@ -17,7 +17,7 @@ import pytest
 from sparkguard.converge import site_deploy
 from sparkguard.inventory import load_inventory
 from sparkguard.roles.recovery import state as rs
-from sparkguard.runner import run_deploy
+from sparkguard.run.runner import run_deploy
 from tests.conftest import run_cli
 from tests.sandbox.conftest import booted_sandbox, net
 

@@ -13,7 +13,7 @@ import time
 
 from sparkguard.converge import site_deploy
 from sparkguard.inventory import load_inventory
-from sparkguard.runner import run_deploy
+from sparkguard.run.runner import run_deploy
 
 TARGET = "sparkguard-training.target"
 

@@ -22,7 +22,7 @@ import pytest
 
 from sparkguard.converge import site_deploy
 from sparkguard.inventory import load_inventory
-from sparkguard.runner import run_deploy
+from sparkguard.run.runner import run_deploy
 from tests.replay import REPO
 from tests.sandbox.conftest import wait_for
 

@@ -6,7 +6,7 @@ from rich.console import Console
 
 from sparkguard.commands.apply import print_report
 from sparkguard.facts import NodeInfo
-from sparkguard.runner import ApplyResult, HostResult
+from sparkguard.run.runner import ApplyResult, HostResult
 
 
 def test_the_table_and_json_name_each_nodes_architecture():

@@ -127,7 +127,7 @@ def _run_locally(op, **kwargs) -> subprocess.CompletedProcess:
 @pytest.fixture
 def holder(tmp_path, monkeypatch):
     """A real node lock holder (node_lock.lock_command, as an apply's SSH channel runs it) and its token."""
-    from sparkguard import node_lock
+    from sparkguard.run import node_lock
 
     monkeypatch.setattr(node_lock, "LOCK_FILE", str(tmp_path / "apply.lock"))
     monkeypatch.setattr(node_lock, "COMMIT_FILE", str(tmp_path / "commit.lock"))

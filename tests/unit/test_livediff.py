@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from sparkguard.livediff import MAX_BYTES, LiveFile, LiveFiles, file_diff
+from sparkguard.run.livediff import MAX_BYTES, LiveFile, LiveFiles, file_diff
 
 
 def read_live(paths: tuple[str, ...], secret: tuple[str, ...] = ()) -> dict[str, LiveFile]:

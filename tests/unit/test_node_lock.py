@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from sparkguard import node_lock
+from sparkguard.run import node_lock
 
 
 def start_holder(holder: str) -> subprocess.Popen:

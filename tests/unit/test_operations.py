@@ -7,7 +7,6 @@ import shlex
 
 import pytest
 
-from sparkguard import node_lock
 from sparkguard.filestate import ManagedFilesState
 from sparkguard.operations import (
     CommandSucceeds,
@@ -20,6 +19,7 @@ from sparkguard.operations import (
     managed_files,
     unit_masked,
 )
+from sparkguard.run import node_lock
 from sparkguard.state import Directory
 from tests.unit.operations_harness import commands, node
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from sparkguard.errors import ConnectError
-from sparkguard.rollout import roll
-from sparkguard.runner import ApplyResult, HostResult
+from sparkguard.run.rollout import roll
+from sparkguard.run.runner import ApplyResult, HostResult
 
 HOSTS = ["a", "b", "c", "d", "e"]
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 import ast
 from types import SimpleNamespace
 
-from sparkguard import livediff, node_lock, run_context
+from sparkguard.run import context as run_context
+from sparkguard.run import livediff, node_lock
 from sparkguard.state import DesiredState, ManagedFile
 from tests.conftest import REPO
 
 # The modules that run an apply: what they remember between operations must be in the RunContext.
-RUN_MODULES = ("operations", "snapshot", "livediff", "node_lock", "converge", "runner")
+RUN_MODULES = ("operations.py", "converge.py", "run/snapshot.py", "run/livediff.py", "run/node_lock.py", "run/runner.py",
+               "run/rollout.py")
 
 
 def test_begin_starts_an_empty_run_and_current_is_that_run():
@@ -70,5 +72,5 @@ def _module_level_containers(path) -> list[str]:
 
 
 def test_the_run_modules_keep_no_run_state_in_module_globals():
-    found = {name: _module_level_containers(REPO / "sparkguard" / f"{name}.py") for name in RUN_MODULES}
+    found = {name: _module_level_containers(REPO / "sparkguard" / name) for name in RUN_MODULES}
     assert {name: names for name, names in found.items() if names} == {}, "put it in RunContext"

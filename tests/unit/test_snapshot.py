@@ -14,7 +14,7 @@ from pyinfra.context import ctx_host, ctx_state
 from pyinfra.facts.server import Sysctl
 from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
-from sparkguard import operations, run_context, snapshot
+from sparkguard import operations
 from sparkguard.auditing import ProbeOutput
 from sparkguard.facts import parse_probe
 from sparkguard.filestate import file_state
@@ -30,6 +30,8 @@ from sparkguard.operations import (
     unit_masked,
 )
 from sparkguard.probe import HELPERS, NodeProbe, parse_output, q
+from sparkguard.run import context as run_context
+from sparkguard.run import snapshot
 from sparkguard.state import Directory as StateDirectory
 from tests.unit.operations_harness import commands, node
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from sparkguard.converge import site_deploy
 from sparkguard.inventory import load_inventory
 from sparkguard.roles import ROLES
-from sparkguard.runner import run_deploy
+from sparkguard.run.runner import run_deploy
 
 
 def vm_inventory(vm_node, directory: Path, extra_vars: str, keep: set[str]) -> Path:

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import paramiko
 
-from . import run_context
+from . import context as run_context
 
 LOCK_FILE = "/run/sparkguard-apply.lock"
 COMMIT_FILE = "/run/sparkguard-commit.lock"

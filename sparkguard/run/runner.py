@@ -25,13 +25,15 @@ from pyinfra.api.operations import run_ops
 from pyinfra.api.state import BaseStateCallback, StateStage
 from pyinfra.connectors.sshuserclient.client import get_host_keys
 
-from . import node_lock, registry, run_context
-from .errors import ConfigError, ConnectError, NodeBusyError, Problem
-from .facts import NodeInfo
-from .inventory import Inventory, InventoryHost
-from .operations import changed_paths
-from .run_context import RunContext
-from .selection import select_hosts
+from .. import registry
+from ..errors import ConfigError, ConnectError, NodeBusyError, Problem
+from ..facts import NodeInfo
+from ..inventory import Inventory, InventoryHost
+from ..operations import changed_paths
+from ..selection import select_hosts
+from . import context as run_context
+from . import node_lock
+from .context import RunContext
 
 
 @dataclass

@@ -9,7 +9,7 @@ round trip. After a change that could have touched anything (a package install c
 restart), what is known no longer holds; a file written touches only itself (``operations.footprint``),
 so what is known of the other files still does. What no longer holds is read again a role at a time
 (``role_read``: the probe's lines for that role, one round trip), not one read per operation. The node
-lock (sparkguard.node_lock) keeps other applies out meanwhile.
+lock (sparkguard.run.node_lock) keeps other applies out meanwhile.
 """
 
 from __future__ import annotations
@@ -20,13 +20,13 @@ from typing import Any
 
 from pyinfra import host, state
 
-from . import run_context
-from .auditing import ProbeOutput
-from .desired import variant_states
-from .hostconfig import HostConfig
-from .operations import FETCH, STAGE_DIR, UPLOAD_DIR, Known, footprint
-from .probe import HELPERS, MANAGER, NodeProbe, parse_output, q, script, state_lines
-from .state import DesiredState
+from ..auditing import ProbeOutput
+from ..desired import variant_states
+from ..hostconfig import HostConfig
+from ..operations import FETCH, STAGE_DIR, UPLOAD_DIR, Known, footprint
+from ..probe import HELPERS, MANAGER, NodeProbe, parse_output, q, script, state_lines
+from ..state import DesiredState
+from . import context as run_context
 
 # What was read lives in the run's RunContext (snapshots, latest_snapshot, role_reads): a new run reads the
 # nodes again.

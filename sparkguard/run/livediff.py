@@ -16,8 +16,8 @@ from collections.abc import Iterable
 
 from pyinfra.api import FactBase
 
-from . import run_context
-from .state import DesiredState
+from ..state import DesiredState
+from . import context as run_context
 
 MAX_BYTES = 1 << 20  # a larger live file is reported by size only
 def collecting() -> bool:

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .auditing import ProbeOutput
-from .facts import NodeInfo
+from ..auditing import ProbeOutput
+from ..facts import NodeInfo
 
 # An operation, as pyinfra names it on one host: (host name, operation hash).
 OpKey = tuple[str, str | None]
@@ -31,9 +31,9 @@ class RunContext:
     """Everything one run remembers between its operations; a new run starts a new one."""
 
     # (host, probe script) -> what that script read: one probe per host for the site deploy, one per distinct
-    # set of settings for a team's deploy that calls roles with their own (sparkguard.snapshot.take).
+    # set of settings for a team's deploy that calls roles with their own (sparkguard.run.snapshot.take).
     snapshots: dict[tuple[str, str], ProbeOutput] = field(default_factory=dict)
-    # host -> the snapshot its deploy read last (sparkguard.snapshot.covering).
+    # host -> the snapshot its deploy read last (sparkguard.run.snapshot.covering).
     latest_snapshot: dict[str, ProbeOutput] = field(default_factory=dict)
     # (host, role) -> (the operation during which the role's state was read again, what it read): role_read.
     role_reads: dict[tuple[str, str], tuple[str | None, ProbeOutput]] = field(default_factory=dict)

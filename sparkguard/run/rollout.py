@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from .errors import ConnectError
+from ..errors import ConnectError
 from .runner import ApplyResult, HostResult
 
 Log = Callable[[str], None]
