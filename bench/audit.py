@@ -20,7 +20,7 @@ from roundtrips import ROUND_TRIPS
 
 from sparkguard.audit import run_audit
 from sparkguard.builtin_roles import register
-from sparkguard.converge import site_deploy
+from sparkguard.engine.converge import site_deploy
 from sparkguard.inventory import load_inventory
 from sparkguard.run.runner import run_deploy
 

@@ -22,7 +22,7 @@ from nodes import booted_nodes
 from pyinfra.connectors.ssh import SSHConnector
 
 from sparkguard.builtin_roles import register
-from sparkguard.converge import site_deploy
+from sparkguard.engine.converge import site_deploy
 from sparkguard.inventory import load_inventory
 from sparkguard.run.runner import run_deploy
 

@@ -1,7 +1,7 @@
 """Apply only role ``base``: pyinfra INVENTORY deploy/base.py"""
 
 from sparkguard.builtin_roles import register, role
-from sparkguard.converge import role_deploy
+from sparkguard.engine.converge import role_deploy
 
 register()
 ROLE = role("base").ROLE

@@ -1,7 +1,7 @@
 """Apply only role ``monitoring``: pyinfra INVENTORY deploy/monitoring.py"""
 
 from sparkguard.builtin_roles import register, role
-from sparkguard.converge import role_deploy
+from sparkguard.engine.converge import role_deploy
 
 register()
 ROLE = role("monitoring").ROLE

@@ -5,7 +5,7 @@
 """
 
 from sparkguard.builtin_roles import register
-from sparkguard.converge import site_deploy
+from sparkguard.engine.converge import site_deploy
 
 register()
 

@@ -28,11 +28,9 @@ from pyinfra.context import ctx_host, ctx_state
 
 from . import registry
 from .auditing import AuditView, Check, ProbeOutput, ensure_key, file_problem, short
-from .desired import variant_states
-from .facts import NodeInfo
-from .inventory import Inventory, InventoryHost
-from .operations import instances_of
-from .probe import (
+from .engine.desired import variant_states
+from .engine.operations import instances_of
+from .engine.probe import (
     MANAGER,
     NodeProbe,
     absent_files_key,
@@ -42,7 +40,9 @@ from .probe import (
     script,
     state_lines,
 )
-from .render import host_states
+from .engine.render import host_states
+from .facts import NodeInfo
+from .inventory import Inventory, InventoryHost
 from .run.runner import ConnectErrors, connect_hosts, explain_connect_error, quiet_pyinfra
 from .selection import select_hosts
 from .state import DesiredState, Service

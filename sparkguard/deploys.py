@@ -22,11 +22,11 @@ from pyinfra import host
 from pyinfra.api import deploy
 
 from . import builtin_roles, registry
-from .converge import check_node, converge, current_node_info, node_profile, role_preflight
+from .engine.converge import check_node, converge, current_node_info, node_profile, role_preflight
+from .engine.preflight import PreflightError
 from .errors import Problem
 from .hostconfig import HostConfig, host_config_model
 from .inventory import problems_from_validation, role_problems
-from .preflight import PreflightError
 from .role import Role, RoleContext
 
 

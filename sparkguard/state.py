@@ -19,7 +19,7 @@ class FileBody:
     (``{path}`` is replaced by its location) before it replaces the live file,
     like Ansible's ``validate:``; a non-zero exit leaves the live file untouched.
     Shared by the desired state (``ManagedFile``) and the write operation
-    (``sparkguard.operations.FileSpec``), which each add only their own fields.
+    (``sparkguard.engine.operations.FileSpec``), which each add only their own fields.
     """
 
     path: str

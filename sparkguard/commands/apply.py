@@ -15,7 +15,7 @@ from rich.table import Table
 from .. import safe_write
 from ..advice import fleet_advice
 from ..console import console as make_console
-from ..converge import role_deploy, site_deploy
+from ..engine.converge import role_deploy, site_deploy
 from ..errors import ConfigError, ConnectError, Problem
 from ..inventory import load_inventory
 from ..run.rollout import roll

@@ -26,10 +26,10 @@ from pyinfra.api.state import BaseStateCallback, StateStage
 from pyinfra.connectors.sshuserclient.client import get_host_keys
 
 from .. import registry
+from ..engine.operations import changed_paths
 from ..errors import ConfigError, ConnectError, NodeBusyError, Problem
 from ..facts import NodeInfo
 from ..inventory import Inventory, InventoryHost
-from ..operations import changed_paths
 from ..selection import select_hosts
 from . import context as run_context
 from . import node_lock

@@ -2,7 +2,7 @@
 
 Without it, every operation reads its own facts: 32 SSH round trips per host for an apply that
 changes nothing, the common case (a rerun after every merge). The snapshot runs the audit's probe
-(sparkguard.probe, the same lines the audit judges by) once per host before anything is planned.
+(sparkguard.engine.probe, the same lines the audit judges by) once per host before anything is planned.
 Operations get their current state from it as a ``Known``: while no operation of this run has
 changed anything on the host, the snapshot is exact and an operation with nothing to do costs no
 round trip. After a change that could have touched anything (a package install creating files, a
@@ -21,10 +21,10 @@ from typing import Any
 from pyinfra import host, state
 
 from ..auditing import ProbeOutput
-from ..desired import variant_states
+from ..engine.desired import variant_states
+from ..engine.operations import FETCH, STAGE_DIR, UPLOAD_DIR, Known, footprint
+from ..engine.probe import HELPERS, MANAGER, NodeProbe, parse_output, q, script, state_lines
 from ..hostconfig import HostConfig
-from ..operations import FETCH, STAGE_DIR, UPLOAD_DIR, Known, footprint
-from ..probe import HELPERS, MANAGER, NodeProbe, parse_output, q, script, state_lines
 from ..state import DesiredState
 from . import context as run_context
 

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from sparkguard.converge import site_deploy
 from sparkguard.dev import sandbox
+from sparkguard.engine.converge import site_deploy
 from sparkguard.errors import ConfigError
 from sparkguard.inventory import load_inventory
 from sparkguard.run.runner import run_deploy

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from sparkguard.converge import site_deploy
+from sparkguard.engine.converge import site_deploy
 from sparkguard.inventory import load_inventory
 from sparkguard.run.runner import run_deploy
 

@@ -12,7 +12,7 @@ import json
 import pytest
 
 from sparkguard.audit import run_audit
-from sparkguard.converge import site_deploy
+from sparkguard.engine.converge import site_deploy
 from sparkguard.errors import ConfigError
 from sparkguard.inventory import load_inventory
 from sparkguard.run.runner import run_deploy

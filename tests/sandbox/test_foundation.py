@@ -13,10 +13,10 @@ from pathlib import Path
 
 import yaml
 
-from sparkguard.converge import site_deploy
+from sparkguard.engine.converge import site_deploy
+from sparkguard.engine.operations import managed_file
+from sparkguard.engine.render import render_inventory
 from sparkguard.inventory import load_inventory
-from sparkguard.operations import managed_file
-from sparkguard.render import render_inventory
 from sparkguard.run.runner import run_deploy
 from tests.conftest import REPO, run_cli
 from tests.roundtrips import counting
@@ -137,7 +137,7 @@ def test_dry_diff_shows_a_hand_edit_and_never_a_secret(sandbox_nodes):
     def secret_file():
         from pyinfra.api import deploy
 
-        from sparkguard.converge import converge
+        from sparkguard.engine.converge import converge
         from sparkguard.state import DesiredState, ManagedFile
 
         @deploy("secret file test")

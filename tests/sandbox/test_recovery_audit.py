@@ -14,7 +14,7 @@ import json
 
 import pytest
 
-from sparkguard.converge import site_deploy
+from sparkguard.engine.converge import site_deploy
 from sparkguard.inventory import load_inventory
 from sparkguard.roles.recovery import state as rs
 from sparkguard.run.runner import run_deploy

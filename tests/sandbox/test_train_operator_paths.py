@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from sparkguard.converge import site_deploy
+from sparkguard.engine.converge import site_deploy
 from sparkguard.inventory import load_inventory
 from sparkguard.run.runner import run_deploy
 from tests.replay import REPO

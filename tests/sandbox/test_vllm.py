@@ -17,8 +17,8 @@ import os
 
 import pytest
 
-from sparkguard.converge import site_deploy
 from sparkguard.domain.memory.victim_order import SERVING_ADJ
+from sparkguard.engine.converge import site_deploy
 from sparkguard.inventory import load_inventory
 from sparkguard.run.runner import run_deploy
 from tests.sandbox.conftest import booted_sandbox, net, wait_for

@@ -25,6 +25,7 @@ from ansible.parsing.dataloader import DataLoader
 from ansible.template import is_trusted_as_template
 
 from sparkguard import registry
+from sparkguard.engine.render import host_states
 from sparkguard.errors import ConfigError
 from sparkguard.export.ansible.export import (
     STATE_VAR,
@@ -43,7 +44,6 @@ from sparkguard.export.ansible.export import (
 from sparkguard.export.ansible.play import CHANGED, ENSURE_SCRIPT, ROLE_TASKS, SYSCTL_SCRIPT
 from sparkguard.export.ansible.secret_stand_ins import StandIns
 from sparkguard.inventory import load_inventory
-from sparkguard.render import host_states
 from sparkguard.roles.swap.fstab import DISABLE, ENABLE, MARKER
 from sparkguard.safe_write import OutputPathError
 from sparkguard.state import DesiredState, FileEdit, ManagedFile

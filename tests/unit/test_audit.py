@@ -5,8 +5,8 @@ from __future__ import annotations
 import hashlib
 
 from sparkguard.audit import build_probe, evaluate, parse_output
+from sparkguard.engine.render import host_states
 from sparkguard.inventory import load_inventory
-from sparkguard.render import host_states
 from tests.conftest import REPO
 
 
@@ -101,7 +101,7 @@ def test_gpu_ranking_verdict_table():
 
 def test_files_and_instances_the_inventory_dropped_are_named():
     from sparkguard.audit import _left_behind
-    from sparkguard.probe import absent_files_key, absent_units_key
+    from sparkguard.engine.probe import absent_files_key, absent_units_key
 
     entry, states = example()
     vllm = next(s for s in states if s.role == "vllm")

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from sparkguard.engine.render import host_states
 from sparkguard.inventory import load_inventory
-from sparkguard.render import host_states
 from sparkguard.roles.recovery.state import (
     BOOT_MARKER,
     BOOT_REPORT_SOURCE,

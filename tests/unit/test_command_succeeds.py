@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from sparkguard.operations import CommandSucceeds
+from sparkguard.engine.operations import CommandSucceeds
 
 
 def outcome(check: str) -> bool:

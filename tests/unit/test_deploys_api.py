@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import sparkguard.deploys as deploys
-from sparkguard.desired import states_for
+from sparkguard.engine.desired import states_for
 from sparkguard.errors import ConfigError
 
 

@@ -72,6 +72,6 @@ def test_the_core_probe_names_no_role_and_each_registered_roles_lines_join_it(mo
     for role in ROLES:
         for line in role.fact_probe:
             assert f"\n{line}\n" in lines
-    from sparkguard.probe import NodeFacts
+    from sparkguard.engine.probe import NodeFacts
 
     assert "earlyoom_version=" in NodeFacts().command()

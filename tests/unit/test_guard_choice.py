@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from sparkguard.engine.render import host_states
 from sparkguard.facts import parse_probe
 from sparkguard.inventory import load_inventory
-from sparkguard.render import host_states
 from sparkguard.roles.earlyoom import guard as guard_module
 from sparkguard.roles.earlyoom.checks import preflight
 from sparkguard.roles.earlyoom.guard import choose_guard, describe

@@ -21,10 +21,10 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
+from sparkguard.engine.render import render_inventory
 from sparkguard.errors import ConfigError
 from sparkguard.hostconfig import host_config_model
 from sparkguard.inventory import load_inventory
-from sparkguard.render import render_inventory
 from tests.reporting import report
 
 REPO = Path(__file__).resolve().parents[2]
@@ -189,7 +189,7 @@ def test_a_secret_setting_never_reaches_a_render_or_an_error(tmp_path, monkeypat
 
 
 def test_the_vllm_api_key_goes_only_to_the_0600_env_file(tmp_path, monkeypatch):
-    from sparkguard.render import host_states
+    from sparkguard.engine.render import host_states
     from sparkguard.roles.vllm.state import env_path
 
     monkeypatch.setenv("HF_TOKEN", "hf_dummy")

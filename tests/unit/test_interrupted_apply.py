@@ -11,9 +11,9 @@ import subprocess
 
 import pytest
 
-from sparkguard import operations
-from sparkguard.converge import DAEMON_RELOAD, _markers
-from sparkguard.operations import Leftovers, leftovers_removed, managed_file, pending_marker, service_action
+from sparkguard.engine import operations
+from sparkguard.engine.converge import DAEMON_RELOAD, _markers
+from sparkguard.engine.operations import Leftovers, leftovers_removed, managed_file, pending_marker, service_action
 from tests.unit.operations_harness import commands, node
 from tests.unit.test_audit import example
 

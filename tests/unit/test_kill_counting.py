@@ -208,8 +208,8 @@ def test_the_collector_refuses_what_its_unit_never_passes(tmp_path, spool):
 @pytest.mark.parametrize("guard", ["earlyoom", "nohang"])
 def test_the_kills_unit_gives_the_collector_the_roles_paths(guard):
     """The program is shipped as it is; its unit's ExecStart carries the values a template once inlined."""
+    from sparkguard.engine.render import host_states
     from sparkguard.inventory import load_inventory
-    from sparkguard.render import host_states
     from sparkguard.roles.earlyoom.state import COLLECTOR as SHIPPED
     from sparkguard.roles.earlyoom.state import COUNTS_FILE, KILLS_SERVICE_UNIT, MARKS_DIR, SPOOL_DIR, TEXTFILE
 

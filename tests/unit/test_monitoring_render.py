@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from sparkguard.engine.render import render_inventory
 from sparkguard.inventory import load_inventory
-from sparkguard.render import render_inventory
 from sparkguard.roles.monitoring.cadvisor import UPSTREAM_DISABLED, VALID_METRICS
 from sparkguard.roles.monitoring.grafana import DATASOURCE_UID
 from tests.conftest import REPO, in_ci

@@ -60,7 +60,7 @@ def test_the_wait_comes_from_the_environment_when_it_is_a_number(monkeypatch):
 
 def test_a_new_holder_waits_for_a_fenced_step_of_the_last_apply_to_finish(tmp_path):
     """A step still running for a dead apply either ends before the next apply reads the node, or finds
-    its holder gone (sparkguard.operations.managed_files): here it holds the commit lock when the next
+    its holder gone (sparkguard.engine.operations.managed_files): here it holds the commit lock when the next
     holder arrives, and the next holder answers only once it let go."""
     step = subprocess.Popen(["sh", "-c", f"exec 8>>{tmp_path}/commit.lock && flock 8 && echo held && read _"],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)

@@ -7,8 +7,8 @@ import shlex
 
 import pytest
 
-from sparkguard.filestate import ManagedFilesState
-from sparkguard.operations import (
+from sparkguard.engine.filestate import ManagedFilesState
+from sparkguard.engine.operations import (
     CommandSucceeds,
     DirectoryStates,
     FileSpec,
@@ -124,7 +124,7 @@ def test_managed_files_goes_live_in_order_each_file_after_its_own_check():
 
 
 def test_managed_files_records_exactly_the_files_it_changed():
-    from sparkguard.operations import changed_paths
+    from sparkguard.engine.operations import changed_paths
 
     files = (FileSpec(PATH, CONTENT), FileSpec("/etc/a", "a\n"), FileSpec("/etc/b", "b\n", mode="0600"))
     current = {PATH: state(), "/etc/a": None, "/etc/b": state(sha=hashlib.sha256(b"b\n").hexdigest())}
@@ -183,7 +183,7 @@ def test_unit_file_state_fact(output, expected):
 def test_matching_files_fact_finds_files_and_links_by_glob(tmp_path):
     import subprocess
 
-    from sparkguard.operations import MatchingFiles
+    from sparkguard.engine.operations import MatchingFiles
 
     (tmp_path / "vllm").mkdir()
     for name in ("a.yaml", "b.yaml", "a.env", "notes.txt"):
@@ -204,7 +204,7 @@ def test_matching_files_fact_finds_files_and_links_by_glob(tmp_path):
     (["sparkguard-vllm@.service", "sparkguard-vllm-training@x.service", "other.service"], []),
 ])
 def test_instances_of_a_template(units, expected):
-    from sparkguard.operations import instances_of
+    from sparkguard.engine.operations import instances_of
 
     assert instances_of("sparkguard-vllm@{}.service", units) == expected
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from sparkguard.engine.render import host_states
 from sparkguard.errors import ConfigError
 from sparkguard.inventory import load_inventory
-from sparkguard.render import host_states
 from sparkguard.roles.recovery import state as rs
 
 BASE = "all:\n  vars:\n    node: {{memory_total_gib: 121.7}}\n    recovery: {recovery}\n  hosts:\n    h: {{ssh_host: 192.0.2.1}}\n"

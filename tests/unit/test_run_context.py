@@ -11,7 +11,7 @@ from sparkguard.state import DesiredState, ManagedFile
 from tests.conftest import REPO
 
 # The modules that run an apply: what they remember between operations must be in the RunContext.
-RUN_MODULES = ("operations.py", "converge.py", "run/snapshot.py", "run/livediff.py", "run/node_lock.py", "run/runner.py",
+RUN_MODULES = ("engine/operations.py", "engine/converge.py", "run/snapshot.py", "run/livediff.py", "run/node_lock.py", "run/runner.py",
                "run/rollout.py")
 
 

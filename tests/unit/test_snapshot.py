@@ -14,11 +14,10 @@ from pyinfra.context import ctx_host, ctx_state
 from pyinfra.facts.server import Sysctl
 from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
-from sparkguard import operations
 from sparkguard.auditing import ProbeOutput
-from sparkguard.facts import parse_probe
-from sparkguard.filestate import file_state
-from sparkguard.operations import (
+from sparkguard.engine import operations
+from sparkguard.engine.filestate import file_state
+from sparkguard.engine.operations import (
     CommandSucceeds,
     DirectoryStates,
     Known,
@@ -29,7 +28,8 @@ from sparkguard.operations import (
     sysctl,
     unit_masked,
 )
-from sparkguard.probe import HELPERS, NodeProbe, parse_output, q
+from sparkguard.engine.probe import HELPERS, NodeProbe, parse_output, q
+from sparkguard.facts import parse_probe
 from sparkguard.run import context as run_context
 from sparkguard.run import snapshot
 from sparkguard.state import Directory as StateDirectory

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from sparkguard.engine.render import host_states
 from sparkguard.export.ansible.export import _edit
 from sparkguard.inventory import load_inventory
-from sparkguard.render import host_states
 from sparkguard.roles.swap.fstab import MARKER, disable_swap_lines, enable_swap_lines
 
 FSTAB = (

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from sparkguard.engine.render import render_inventory
 from sparkguard.inventory import load_inventory
-from sparkguard.render import render_inventory
 from tests.conftest import in_ci
 
 REPO = Path(__file__).resolve().parents[2]

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import pytest
 
+from sparkguard.engine.render import host_states
 from sparkguard.errors import ConfigError
 from sparkguard.facts import NodeInfo
 from sparkguard.inventory import load_inventory
-from sparkguard.render import host_states
 from sparkguard.roles.vllm.checks import preflight
 from sparkguard.roles.vllm.images import DOCKER_HUB_IMAGE
 

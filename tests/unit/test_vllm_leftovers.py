@@ -11,9 +11,9 @@ from __future__ import annotations
 import pytest
 
 from sparkguard.audit import _left_behind
+from sparkguard.engine.probe import absent_files_key, absent_units_key
+from sparkguard.engine.render import host_states
 from sparkguard.inventory import load_inventory
-from sparkguard.probe import absent_files_key, absent_units_key
-from sparkguard.render import host_states
 
 BASE = """
 all:

@@ -9,10 +9,10 @@ import json
 import pytest
 import yaml
 
+from sparkguard.engine.render import host_states
 from sparkguard.errors import ConfigError
 from sparkguard.facts import NodeInfo
 from sparkguard.inventory import load_inventory
-from sparkguard.render import host_states
 from sparkguard.roles.monitoring.checks import preflight
 
 NODE = "  vars:\n    node: {memory_total_gib: 121.7, device_profile: cpu-only}\n"

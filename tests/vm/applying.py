@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from sparkguard.converge import site_deploy
+from sparkguard.engine.converge import site_deploy
 from sparkguard.inventory import load_inventory
 from sparkguard.roles import ROLES
 from sparkguard.run.runner import run_deploy

@@ -25,10 +25,10 @@ from typing import Any
 import yaml
 
 from ... import __version__, registry, safe_write
+from ...engine.render import path_inside
 from ...errors import ConfigError, Problem
 from ...inventory import Inventory, InventoryHost
 from ...layout import STAGE_DIR
-from ...render import path_inside
 from ...state import DesiredState, FileEdit, ManagedFile, Service
 from .play import ROLE_TASKS, header, plays, role_tasks
 from .secret_stand_ins import StandIns, traced

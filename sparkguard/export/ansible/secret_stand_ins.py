@@ -21,9 +21,9 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from ... import secrets
+from ...engine.render import host_states
 from ...errors import Problem
 from ...inventory import InventoryHost
-from ...render import host_states
 from ...settings import is_secret
 from ...state import DesiredState
 

@@ -7,11 +7,11 @@ probe, apply's snapshot) covers whichever it turns out to be, before anyone know
 
 from __future__ import annotations
 
-from . import registry
-from .facts import NodeInfo
-from .hostconfig import HostConfig
-from .role import NodeProfile, RoleContext
-from .state import DesiredState
+from .. import registry
+from ..facts import NodeInfo
+from ..hostconfig import HostConfig
+from ..role import NodeProfile, RoleContext
+from ..state import DesiredState
 
 
 def node_profile(config: HostConfig, live: NodeInfo | None = None) -> NodeProfile:

@@ -23,13 +23,17 @@ from pyinfra.api.operation import OperationMeta
 from pyinfra.facts.deb import DebPackages
 from pyinfra.operations import apt, files, systemd
 
-from . import registry
-from .auditing import ProbeOutput, ensure_key
+from .. import registry
+from ..auditing import ProbeOutput, ensure_key
+from ..errors import Problem
+from ..facts import NodeInfo
+from ..hostconfig import HostConfig, host_config_model
+from ..role import Role, RoleContext
+from ..run import context as run_context
+from ..run import livediff, node_lock, snapshot
+from ..state import DesiredState, FileEdit, ManagedFile, is_systemd_unit_path
 from .desired import node_profile
-from .errors import Problem
-from .facts import NodeInfo
 from .filestate import FileState, ManagedFilesState, file_state
-from .hostconfig import HostConfig, host_config_model
 from .operations import (
     FETCH,
     FileSpec,
@@ -55,10 +59,6 @@ from .operations import (
 from .operations import service as service_state
 from .preflight import PreflightError
 from .probe import NodeFacts, absent_files_key, absent_units_key, edit_key, stage_directories
-from .role import Role, RoleContext
-from .run import context as run_context
-from .run import livediff, node_lock, snapshot
-from .state import DesiredState, FileEdit, ManagedFile, is_systemd_unit_path
 
 __all__ = ["node_profile", "converge", "current_context", "role_deploy", "site_deploy"]
 

@@ -13,12 +13,12 @@ from typing import Any
 
 import yaml
 
-from . import safe_write
+from .. import safe_write
+from ..errors import ConfigError, Problem
+from ..facts import NodeInfo
+from ..inventory import Inventory, InventoryHost
+from ..state import DesiredState, ManagedFile
 from .desired import states_for
-from .errors import ConfigError, Problem
-from .facts import NodeInfo
-from .inventory import Inventory, InventoryHost
-from .state import DesiredState, ManagedFile
 
 SECRET_PLACEHOLDER = "# secret: rendered on apply only; the value never leaves the operator's machine in a render\n"
 

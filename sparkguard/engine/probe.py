@@ -16,11 +16,11 @@ from collections.abc import Iterable
 
 from pyinfra.api import FactBase
 
-from .auditing import ProbeOutput, ensure_key
-from .facts import NodeInfo, parse_probe, probe_lines
+from ..auditing import ProbeOutput, ensure_key
+from ..facts import NodeInfo, parse_probe, probe_lines
+from ..state import DesiredState
 from .filestate import DIR_HELPER, FS_HELPER, SHELL_SETUP, parse_files, zipped
 from .operations import PENDING_DIR, STAGE_DIR, UPLOAD_DIR, MatchingFiles, TemplateUnits
-from .state import DesiredState
 
 MANAGER = "org.freedesktop.systemd1 /org/freedesktop/systemd1 org.freedesktop.systemd1.Manager"
 

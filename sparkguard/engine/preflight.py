@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pyinfra.api.exceptions import PyinfraError
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 
 class PreflightError(ConfigError, PyinfraError):

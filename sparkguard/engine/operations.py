@@ -21,11 +21,11 @@ from pyinfra import host
 from pyinfra.api import FactBase, FileUploadCommand, StringCommand, operation
 from pyinfra.operations import server, systemd
 
+from ..layout import PENDING_DIR, STAGE_DIR, UPLOAD_DIR
+from ..run import context as run_context
+from ..run import node_lock
+from ..state import FileBody, normal_mode
 from .filestate import DIR_HELPER, FileState, ManagedFilesState
-from .layout import PENDING_DIR, STAGE_DIR, UPLOAD_DIR
-from .run import context as run_context
-from .run import node_lock
-from .state import FileBody, normal_mode
 
 Commands = Generator[StringCommand | FileUploadCommand, None, None]
 
