@@ -157,7 +157,8 @@ SHAPES = {
     )
 }
 OLLAMA_UNIT = "ollama"                   # a transient ollama.service, comm ollama, in /system.slice
-OLLAMA_MIB = 768
+OLLAMA_MAX_MIB = 1024                    # the most the ollama stand-in takes (its huge pages are budgeted for it)
+TRAINER_SHARE_MIB = 320                  # beside ollama: what the trainer holds when it crosses the line
 
 
 @dataclass
@@ -187,6 +188,7 @@ class ReplayResult:
     job_gone_s: float | None = None          # first signal -> every process of the job gone
     release_s: float | None = None           # first signal -> the job's huge pages back (host's HugePages_Surp)
     ollama_alive: bool = True
+    ollama_mib: int = 0                      # what the ollama stand-in held (0: no ollama in this cell)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -487,7 +489,7 @@ def run_cell(handle, node: str, plan: ReplayPlan, launch: Launch, timeout_s: flo
     limit = 256 * MIB
     serving_adj = VllmSettings().oom_score_adj
     hog = _hog_command(launch, plan)
-    pages = (plan.hog_cap_mib + (OLLAMA_MIB if launch.beside_ollama else 0)) // 2 + 64
+    pages = (plan.hog_cap_mib + (OLLAMA_MAX_MIB if launch.beside_ollama else 0)) // 2 + 64
     with hugepage_budget(pages), host_memory_cgroup(f"sparkguard-replay-{os.getpid()}", limit) as group:
         session = None
         sampler = None
@@ -499,8 +501,11 @@ def run_cell(handle, node: str, plan: ReplayPlan, launch: Launch, timeout_s: flo
                              f"systemd-run --unit {VLLM_UNIT} -q -p OOMScoreAdjust={serving_adj} "
                              f"sparkguard-anon-hog --mib 384 --comm VLLM::EngineCor --report {BYSTANDER_REPORT}")
             assert rc == 0, err
+            ollama_mib = 0
             if launch.beside_ollama:
-                _start_ollama(ssh)
+                _wait_for_bystanders(ssh)
+                ollama_mib = _ollama_share(plan)
+                _start_ollama(ssh, ollama_mib)
             session = SshSession(handle, node)
             since = ssh("date '+%Y-%m-%d %H:%M:%S'")[1].strip()
             rc, _, err = ssh(
@@ -589,6 +594,7 @@ def run_cell(handle, node: str, plan: ReplayPlan, launch: Launch, timeout_s: flo
                 bystander_alive=states[:1] == ["active"],
                 vllm_alive=states[1:2] == ["active"],
                 ollama_alive=not launch.beside_ollama or states[2:3] == ["active"],
+                ollama_mib=ollama_mib,
                 ssh_session_alive=session_ok,
                 sshd_alive="sshd" in alive.split(),
                 earlyoom_alive="active" in alive.split(),
@@ -620,17 +626,38 @@ OLLAMA_REPORT = "/tmp/sg-replay-ollama.jsonl"
 BYSTANDER_REPORT = "/tmp/sg-replay-bystanders.jsonl"
 
 
-def _start_ollama(ssh) -> None:
+def _ollama_share(plan: ReplayPlan, available_kib: int | None = None) -> int:
+    """How much the ollama stand-in takes so that the trainer crosses the line holding TRAINER_SHARE_MIB.
+
+    Sized from the host's MemAvailable now, not from the module's plan: the host drifts by a few hundred MiB
+    over a module's cells. A fixed size left the trainer crossing the line with 160 MiB on CI, and killing it
+    freed too little to lift the node back over the line, so the guard went on to the vLLM stand-in. Sized
+    from now, the trainer's kill always lifts the node TRAINER_SHARE_MIB above the line, and ollama still
+    holds more than the trainer when the guard chooses.
+    """
+    if available_kib is None:
+        available_kib = meminfo_kib("MemAvailable")
+    room_mib = (available_kib - plan.term_line_kib) // 1024
+    share = min(OLLAMA_MAX_MIB, room_mib - TRAINER_SHARE_MIB) // 64 * 64
+    if share < TRAINER_SHARE_MIB + 96:
+        raise AssertionError(
+            f"the host has {room_mib} MiB above the SIGTERM line, too little for ollama to hold more than the "
+            f"trainer's {TRAINER_SHARE_MIB} MiB: something else on the machine took memory since the lines were "
+            f"set (run the replays alone)")
+    return share
+
+
+def _start_ollama(ssh, mib: int) -> None:
     """ollama as its installer runs it (ollama.service, comm ollama), holding more GPU memory than the trainer."""
     rc, _, err = ssh(f"install -m 666 /dev/null {OLLAMA_REPORT} && systemd-run --unit {OLLAMA_UNIT} -q "
                      f"sparkguard-uma-hog --comm ollama --memfd --device {DEVICE} --step-mib 256 --interval-s 0 "
-                     f"--max-mib {OLLAMA_MIB} --hold --report {OLLAMA_REPORT}")
+                     f"--max-mib {mib} --hold --report {OLLAMA_REPORT}")
     assert rc == 0, err
     for _ in range(100):
         if ssh(f"grep -q max-reached {OLLAMA_REPORT}")[0] == 0:
             return
         time.sleep(0.1)
-    raise TimeoutError(f"the ollama stand-in did not take its {OLLAMA_MIB} MiB: {ssh(f'cat {OLLAMA_REPORT}')[1]}")
+    raise TimeoutError(f"the ollama stand-in did not take its {mib} MiB: {ssh(f'cat {OLLAMA_REPORT}')[1]}")
 
 
 def _adj_written_by_agent(journal: str, pid: int) -> str:
@@ -701,6 +728,10 @@ def assert_incident_outcome(result: ReplayResult, launch: Launch) -> None:
     # SIGTERM sufficed: no SIGKILL needed (torchrun's agent exits 1 when its rank was the one signalled).
     assert result.hog_exit.split()[-1] in ("143", "15") + (("1",) if "--torchrun" in launch.shape else ()), detail
     assert result.bystander_alive and result.vllm_alive and result.ollama_alive, detail
+    if launch.beside_ollama:
+        # The cell's point: ollama held more than the trainer when the guard chose, and the trainer still went.
+        held = next(e["allocated_mib"] for e in result.hog_events if e.get("event") == "sigterm")
+        assert held < result.ollama_mib, f"trainer {held} MiB, ollama {result.ollama_mib} MiB\n{detail}"
     assert result.ssh_session_alive and result.sshd_alive and result.earlyoom_alive and result.fresh_login
     assert result.logins_during >= 2
     # The trainer was ranked as its class: marked 1000, or raised by the agent (GPU memory or device descriptor).

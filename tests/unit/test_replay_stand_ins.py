@@ -10,7 +10,9 @@ from __future__ import annotations
 import os
 import subprocess
 
-from tests.replay import FAKE_NVIDIA_SMI
+import pytest
+
+from tests.replay import FAKE_NVIDIA_SMI, MIB, OLLAMA_MAX_MIB, TRAINER_SHARE_MIB, ReplayPlan, _ollama_share
 
 STATUS = "Name:\t{name}\nPid:\t{pid}\nVmRSS:\t    5000 kB\nHugetlbPages:\t{kib:>8} kB\nThreads:\t1\n"
 
@@ -29,3 +31,22 @@ def test_each_process_holding_huge_pages_is_listed_in_nvidia_smis_format(tmp_pat
                           capture_output=True, text=True, env={**os.environ, "SG_PROC_ROOT": str(proc)})
     assert done.returncode == 0, done.stderr
     assert sorted(done.stdout.splitlines()) == ["123, 2", "4096, 1024"]
+
+
+def test_ollama_is_sized_so_the_trainer_crosses_holding_its_share_and_ollama_holds_more():
+    """The ollama cell sizes its stand-in from the host's MemAvailable at the cell, not the module's plan.
+
+    CI's host drifted ~350 MiB below the plan by the ollama cell: a fixed 768 MiB ollama left the trainer
+    crossing the line with 160 MiB, its kill did not lift the node back over the line, and earlyoom went on
+    to the vLLM stand-in.
+    """
+    plan = ReplayPlan(mem_total_kib=24 * 1024 * 1024, mem_available_kib=23 * 1024 * 1024)
+    line = plan.term_line_kib
+    for drift_mib in (0, 200, 350, 400):
+        available = line + (plan.term_after_bytes // MIB - drift_mib) * 1024
+        share = _ollama_share(plan, available)
+        room = (available - line) // 1024
+        assert share % 64 == 0 and TRAINER_SHARE_MIB < share <= OLLAMA_MAX_MIB
+        assert TRAINER_SHARE_MIB <= room - share < TRAINER_SHARE_MIB + 64   # the trainer crosses holding its share
+    with pytest.raises(AssertionError, match="too little for ollama to hold more"):
+        _ollama_share(plan, line + 600 * 1024)
