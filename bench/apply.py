@@ -22,7 +22,7 @@ from roundtrips import ROUND_TRIPS
 from sparkguard.builtin_roles import register
 from sparkguard.dev.emulation import ARCHES, host_arch
 from sparkguard.engine.converge import site_deploy
-from sparkguard.inventory import load_inventory
+from sparkguard.inventory.loader import load_inventory
 from sparkguard.run.runner import run_deploy
 
 register()

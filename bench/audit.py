@@ -18,10 +18,10 @@ from pathlib import Path
 from nodes import booted_nodes
 from roundtrips import ROUND_TRIPS
 
-from sparkguard.audit import run_audit
+from sparkguard.audit.run import run_audit
 from sparkguard.builtin_roles import register
 from sparkguard.engine.converge import site_deploy
-from sparkguard.inventory import load_inventory
+from sparkguard.inventory.loader import load_inventory
 from sparkguard.run.runner import run_deploy
 
 register()

@@ -44,7 +44,7 @@ from nodes import booted_nodes  # noqa: E402
 from sparkguard import roles  # noqa: E402
 from sparkguard.dev import sandbox  # noqa: E402
 from sparkguard.engine.converge import site_deploy  # noqa: E402
-from sparkguard.inventory import load_inventory  # noqa: E402
+from sparkguard.inventory.loader import load_inventory  # noqa: E402
 from sparkguard.run.runner import run_deploy  # noqa: E402
 from tests.replay import LAUNCHES, SHAPES, ReplayPlan, host_ballast, meminfo_kib, remove_tools, run_cell  # noqa: E402
 from tests.sandbox.conftest import SandboxHandle  # noqa: E402

@@ -23,7 +23,7 @@ from pyinfra.connectors.ssh import SSHConnector
 
 from sparkguard.builtin_roles import register
 from sparkguard.engine.converge import site_deploy
-from sparkguard.inventory import load_inventory
+from sparkguard.inventory.loader import load_inventory
 from sparkguard.run.runner import run_deploy
 
 register()

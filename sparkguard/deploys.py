@@ -26,7 +26,7 @@ from .engine.converge import check_node, converge, current_node_info, node_profi
 from .engine.preflight import PreflightError
 from .errors import Problem
 from .hostconfig import HostConfig, host_config_model
-from .inventory import problems_from_validation, role_problems
+from .inventory.loader import problems_from_validation, role_problems
 from .role import Role, RoleContext
 
 

@@ -11,7 +11,7 @@ from pydantic import BaseModel
 
 from . import registry
 from .hostconfig import ConnectionSettings, NodeSettings
-from .inventory import _container_item
+from .inventory.loader import _container_item
 
 _LIMIT_WORDS = {"gt": ">", "ge": ">=", "lt": "<", "le": "<=", "min_length": "min length", "max_length": "max length"}
 
@@ -57,7 +57,7 @@ def _rows(model: type[BaseModel], prefix: str) -> list[str]:
                            for k, v in dataclasses.asdict(m).items() if v is not None)
         kind = extra.get("operator_file")
         if isinstance(kind, str):
-            from .operator_files import KINDS
+            from .inventory.operator_files import KINDS
 
             rule = (f"the file must be {KINDS[kind].allowed} (never under /proc, /sys or /dev; checked by validate,"
                     f" render and apply)")

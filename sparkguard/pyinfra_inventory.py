@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
-from .inventory import load_inventory
+from .inventory.loader import load_inventory
 
 ADAPTER_SOURCE = '''"""pyinfra adapter for the sparkguard inventory in this directory (hosts.yml).
 

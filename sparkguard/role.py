@@ -16,7 +16,7 @@ from .settings import Settings
 from .state import DesiredState
 
 if TYPE_CHECKING:
-    from .auditing import AuditView, Check
+    from .audit.checks import AuditView, Check
     from .domain.memory.planner import HostPlan
     from .facts import NodeInfo
     from .hostconfig import HostConfig
@@ -86,7 +86,7 @@ class Role:
     # validate and apply: {host name: config} in, one paragraph per piece of advice out.
     fleet_advice: Callable[[dict[str, HostConfig]], Iterable[str]] | None = None
     # What `sparkguard audit` reads and judges beyond the desired state's files, packages, services,
-    # sysctls and checks (sparkguard.auditing): shell lines added to the one probe, and their verdicts.
+    # sysctls and checks (sparkguard.audit.checks): shell lines added to the one probe, and their verdicts.
     audit_probe: Callable[[HostConfig], list[str]] | None = None
     audit_checks: Callable[[AuditView], list[Check]] | None = None
     # Roles this one builds on (an enabled role whose requirement is disabled is exit 2), and why.

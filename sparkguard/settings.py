@@ -22,7 +22,7 @@ def setting(default: Any, doc: str, unit: str | None = None, secret: bool = Fals
             **constraints: Any) -> Any:
     """Declare a setting.
 
-    ``operator_file=KIND`` (a kind of sparkguard.operator_files.KINDS) marks a path ON THE OPERATOR'S MACHINE:
+    ``operator_file=KIND`` (a kind of sparkguard.inventory.operator_files.KINDS) marks a path ON THE OPERATOR'S MACHINE:
     the inventory loader checks the file it names (regular file, size cap, content of that kind) on every command.
 
     Example::
@@ -31,7 +31,7 @@ def setting(default: Any, doc: str, unit: str | None = None, secret: bool = Fals
                                       unit="% of MemTotal", gt=0, le=50)
     """
     if operator_file:
-        from .operator_files import KINDS
+        from .inventory.operator_files import KINDS
 
         if operator_file not in KINDS:
             raise ValueError(f"operator_file={operator_file!r}: not one of {', '.join(KINDS)}")

@@ -7,7 +7,7 @@ import base64
 import json
 from typing import Any
 
-from sparkguard.auditing import AuditView, Check, q
+from sparkguard.audit.checks import AuditView, Check, q
 
 from .facts import guard_versions
 from .guard import FIRST_ANON_RELATIVE, choose_guard

@@ -3,7 +3,7 @@ network metrics are off. Behind monitoring.web it asks through the node's own we
 
 from __future__ import annotations
 
-from sparkguard.auditing import AuditView, Check, q
+from sparkguard.audit.checks import AuditView, Check, q
 from sparkguard.hostconfig import HostConfig
 
 from . import web

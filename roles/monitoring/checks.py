@@ -228,7 +228,7 @@ def _webhook_preflight(am: AlertmanagerSettings) -> Iterator[Problem]:
 
 def preflight(config: HostConfig, info: NodeInfo) -> Iterator[Problem]:
     """On apply only: the web-auth secrets and PEM files are there, on the operator's machine, and usable."""
-    from sparkguard.secrets import source_words
+    from sparkguard.inventory.secrets import source_words
 
     from .web import web_auth
 
@@ -243,7 +243,7 @@ def preflight(config: HostConfig, info: NodeInfo) -> Iterator[Problem]:
             yield Problem("", field, shown, f"no password in the {source} on this machine; export it or fix the setting")
         elif any(c in auth.password for c in "\n\r\0"):
             yield Problem("", field, "<secret>", f"the password in the {source} spans lines; use one line")
-    # What the files hold was checked when the inventory loaded (sparkguard.operator_files, on every command):
+    # What the files hold was checked when the inventory loaded (sparkguard.inventory.operator_files, on every command):
     # here only that they are there to be read.
     for field, text, what in (("tls_cert_file", auth.cert, "PEM certificate"), ("tls_key_file", auth.key, "PEM private key"),
                               ("tls_ca_file", auth.ca if web_settings.tls_ca_file else "-", "PEM CA certificate")):

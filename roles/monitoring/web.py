@@ -19,8 +19,8 @@ from typing import Any
 import bcrypt
 import yaml
 
+from sparkguard.inventory.secrets import read_secret
 from sparkguard.layout import CONFIG_DIR, LIB_DIR, dropin_path
-from sparkguard.secrets import read_secret
 
 from .settings import MonitoringSettings
 
@@ -65,7 +65,7 @@ class WebAuth:
 
 
 def read_pem(path: str | None, kind: str, field: str) -> str | None:
-    """A PEM file from the operator's machine, through sparkguard.operator_files: a certificate file holds
+    """A PEM file from the operator's machine, through sparkguard.inventory.operator_files: a certificate file holds
     CERTIFICATE blocks only (never a key: it goes out as 0644), a key file one private key only."""
     return read_secret(None, path, kind, f"monitoring.web.{field}") if path else None
 

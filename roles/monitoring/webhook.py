@@ -7,7 +7,7 @@ inventory under review holds no credential, and the Ansible export looks the URL
 
 from __future__ import annotations
 
-from sparkguard.secrets import read_secret, source_words
+from sparkguard.inventory.secrets import read_secret, source_words
 
 from .settings import AlertmanagerSettings
 

@@ -4,7 +4,7 @@ and this boot has a verdict on how the previous one ended."""
 
 from __future__ import annotations
 
-from sparkguard.auditing import AuditView, Check, q, usec
+from sparkguard.audit.checks import AuditView, Check, q, usec
 from sparkguard.hostconfig import HostConfig
 
 from .state import BOOT_VERDICT

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sparkguard.auditing import AuditView, Check
+from sparkguard.audit.checks import AuditView, Check
 
 from ..base.interface import TRAINING_TARGET
 

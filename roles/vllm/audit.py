@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sparkguard.auditing import AuditView, Check, file_problem, q, short
+from sparkguard.audit.checks import AuditView, Check, file_problem, q, short
 from sparkguard.hostconfig import HostConfig
 
 from .state import VLLM_CONFIG_DIR

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from sparkguard.errors import Problem
 from sparkguard.facts import NodeInfo
 from sparkguard.hostconfig import HostConfig, settings_of
-from sparkguard.secrets import read_secret, source_words
+from sparkguard.inventory.secrets import read_secret, source_words
 
 from ..base.settings import BaseSettings
 from .images import ARM64_MACHINES, default_image, missing_image_reason

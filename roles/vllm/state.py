@@ -8,9 +8,9 @@ from typing import Any
 import yaml
 
 from sparkguard.domain.memory.planner import ServingPlan, fmt_gib
+from sparkguard.inventory.secrets import read_secret
 from sparkguard.layout import CONFIG_DIR, LIB_DIR, UNIT_DIR, dropin_path, unit_path
 from sparkguard.role import RoleContext
-from sparkguard.secrets import read_secret
 from sparkguard.state import AbsentFiles, AbsentInstances, DesiredState, Directory, ManagedFile, Service
 from sparkguard.templating import render_template, sandbox
 

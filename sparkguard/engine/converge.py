@@ -24,7 +24,7 @@ from pyinfra.facts.deb import DebPackages
 from pyinfra.operations import apt, files, systemd
 
 from .. import registry
-from ..auditing import ProbeOutput, ensure_key
+from ..audit.checks import ProbeOutput, ensure_key
 from ..errors import Problem
 from ..facts import NodeInfo
 from ..hostconfig import HostConfig, host_config_model

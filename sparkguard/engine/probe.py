@@ -16,7 +16,7 @@ from collections.abc import Iterable
 
 from pyinfra.api import FactBase
 
-from ..auditing import ProbeOutput, ensure_key
+from ..audit.checks import ProbeOutput, ensure_key
 from ..facts import NodeInfo, parse_probe, probe_lines
 from ..state import DesiredState
 from .filestate import DIR_HELPER, FS_HELPER, SHELL_SETUP, parse_files, zipped

@@ -16,7 +16,7 @@ import yaml
 from .. import safe_write
 from ..errors import ConfigError, Problem
 from ..facts import NodeInfo
-from ..inventory import Inventory, InventoryHost
+from ..inventory.loader import Inventory, InventoryHost
 from ..state import DesiredState, ManagedFile
 from .desired import states_for
 

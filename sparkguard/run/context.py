@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..auditing import ProbeOutput
+from ..audit.checks import ProbeOutput
 from ..facts import NodeInfo
 
 # An operation, as pyinfra names it on one host: (host name, operation hash).

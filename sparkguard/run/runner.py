@@ -29,8 +29,8 @@ from .. import registry
 from ..engine.operations import changed_paths
 from ..errors import ConfigError, ConnectError, NodeBusyError, Problem
 from ..facts import NodeInfo
-from ..inventory import Inventory, InventoryHost
-from ..selection import select_hosts
+from ..inventory.loader import Inventory, InventoryHost
+from ..inventory.selection import select_hosts
 from . import context as run_context
 from . import node_lock
 from .context import RunContext

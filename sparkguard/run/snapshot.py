@@ -20,7 +20,7 @@ from typing import Any
 
 from pyinfra import host, state
 
-from ..auditing import ProbeOutput
+from ..audit.checks import ProbeOutput
 from ..engine.desired import variant_states
 from ..engine.operations import FETCH, STAGE_DIR, UPLOAD_DIR, Known, footprint
 from ..engine.probe import HELPERS, MANAGER, NodeProbe, parse_output, q, script, state_lines

@@ -23,7 +23,7 @@ import pytest
 from sparkguard.dev import sandbox
 from sparkguard.engine.converge import site_deploy
 from sparkguard.errors import ConfigError
-from sparkguard.inventory import load_inventory
+from sparkguard.inventory.loader import load_inventory
 from sparkguard.run.runner import run_deploy
 from tests.conftest import run_cli
 from tests.replay import DEVICE, Launch, ReplayPlan, assert_incident_outcome, run_cell

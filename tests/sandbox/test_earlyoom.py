@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from sparkguard.engine.converge import site_deploy
-from sparkguard.inventory import load_inventory
+from sparkguard.inventory.loader import load_inventory
 from sparkguard.run.runner import run_deploy
 
 EARLYOOM_PID = "systemctl show -p MainPID --value earlyoom"
@@ -107,7 +107,7 @@ def test_node_json_records_earlyoom_settings(sandbox_nodes):
 def test_systemd_oomd_is_not_left_running_as_a_second_guard(sandbox_nodes, tmp_path):
     """Ubuntu's desktop images (DGX OS) enable systemd-oomd: it kills whole user cgroups by memory pressure and
     ignores oom_score_adj. Installed and enabled before apply, it is stopped and masked by it; kept on request."""
-    from sparkguard.audit import run_audit
+    from sparkguard.audit.run import run_audit
 
     node = "node-2"
     ssh = lambda cmd: sandbox_nodes.ssh(node, cmd)[1].strip()  # noqa: E731

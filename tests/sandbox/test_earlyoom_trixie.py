@@ -11,10 +11,10 @@ import json
 
 import pytest
 
-from sparkguard.audit import run_audit
+from sparkguard.audit.run import run_audit
 from sparkguard.engine.converge import site_deploy
 from sparkguard.errors import ConfigError
-from sparkguard.inventory import load_inventory
+from sparkguard.inventory.loader import load_inventory
 from sparkguard.run.runner import run_deploy
 from tests.replay import (
     GIB,

@@ -16,7 +16,7 @@ import yaml
 from sparkguard.engine.converge import site_deploy
 from sparkguard.engine.operations import managed_file
 from sparkguard.engine.render import render_inventory
-from sparkguard.inventory import load_inventory
+from sparkguard.inventory.loader import load_inventory
 from sparkguard.run.runner import run_deploy
 from tests.conftest import REPO, run_cli
 from tests.roundtrips import counting

@@ -13,7 +13,7 @@ import json
 import pytest
 
 from sparkguard.engine.converge import site_deploy
-from sparkguard.inventory import load_inventory
+from sparkguard.inventory.loader import load_inventory
 from sparkguard.run.runner import run_deploy
 from tests.replay import LAUNCHES, SHAPES, ReplayPlan, assert_incident_outcome, print_matrix, remove_tools, run_cell
 

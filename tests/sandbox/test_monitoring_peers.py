@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from sparkguard.engine.converge import site_deploy
-from sparkguard.inventory import load_inventory
+from sparkguard.inventory.loader import load_inventory
 from sparkguard.run.runner import run_deploy
 from tests.certs import self_signed
 from tests.conftest import run_cli

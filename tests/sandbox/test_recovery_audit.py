@@ -15,7 +15,7 @@ import json
 import pytest
 
 from sparkguard.engine.converge import site_deploy
-from sparkguard.inventory import load_inventory
+from sparkguard.inventory.loader import load_inventory
 from sparkguard.roles.recovery import state as rs
 from sparkguard.run.runner import run_deploy
 from tests.conftest import run_cli

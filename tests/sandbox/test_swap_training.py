@@ -12,7 +12,7 @@ import json
 import time
 
 from sparkguard.engine.converge import site_deploy
-from sparkguard.inventory import load_inventory
+from sparkguard.inventory.loader import load_inventory
 from sparkguard.run.runner import run_deploy
 
 TARGET = "sparkguard-training.target"

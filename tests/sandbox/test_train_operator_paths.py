@@ -21,7 +21,7 @@ import time
 import pytest
 
 from sparkguard.engine.converge import site_deploy
-from sparkguard.inventory import load_inventory
+from sparkguard.inventory.loader import load_inventory
 from sparkguard.run.runner import run_deploy
 from tests.replay import REPO
 from tests.sandbox.conftest import wait_for

@@ -19,7 +19,7 @@ import pytest
 
 from sparkguard.domain.memory.victim_order import SERVING_ADJ
 from sparkguard.engine.converge import site_deploy
-from sparkguard.inventory import load_inventory
+from sparkguard.inventory.loader import load_inventory
 from sparkguard.run.runner import run_deploy
 from tests.sandbox.conftest import booted_sandbox, net, wait_for
 from tests.sandbox.test_earlyoom import host_can_lower_oom_score_adj

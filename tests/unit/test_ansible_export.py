@@ -43,7 +43,7 @@ from sparkguard.export.ansible.export import (
 )
 from sparkguard.export.ansible.play import CHANGED, ENSURE_SCRIPT, ROLE_TASKS, SYSCTL_SCRIPT
 from sparkguard.export.ansible.secret_stand_ins import StandIns
-from sparkguard.inventory import load_inventory
+from sparkguard.inventory.loader import load_inventory
 from sparkguard.roles.swap.fstab import DISABLE, ENABLE, MARKER
 from sparkguard.safe_write import OutputPathError
 from sparkguard.state import DesiredState, FileEdit, ManagedFile

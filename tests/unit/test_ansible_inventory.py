@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from sparkguard.errors import ConfigError
-from sparkguard.inventory import load_inventory
+from sparkguard.inventory.loader import load_inventory
 from tests.conftest import in_ci, run_cli
 
 INI = """

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from sparkguard.commands.apply import print_report
+from sparkguard.cli.commands.apply import print_report
 from sparkguard.facts import NodeInfo
 from sparkguard.run.runner import ApplyResult, HostResult
 

@@ -15,7 +15,7 @@ import ast
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-ENTRY_POINTS = {"sparkguard/cli.py", "sparkguard/pyinfra_inventory.py", "sparkguard/deploys.py"}
+ENTRY_POINTS = {"sparkguard/cli/main.py", "sparkguard/pyinfra_inventory.py", "sparkguard/deploys.py"}
 
 
 def imports(path: Path) -> set[str]:
@@ -188,3 +188,47 @@ def test_every_product_module_is_held_to_the_strict_type_flags():
             parts = ["sparkguard", *parts] if folder == "roles" else parts   # imported as sparkguard.roles
             names.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
     assert [n for n in names if not covered(n)] == []
+
+
+def resolved_imports(path: Path, text: str | None = None) -> set[str]:
+    """Every module ``path`` imports, relative imports resolved against its package (``from ..x import y``
+    in sparkguard/cli/main.py is sparkguard.x); ``from . import name`` counts as the package and the name."""
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    package = parts[:-1]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text() if text is None else text, str(path))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            module = ".".join(base + ([node.module] if node.module else []))
+            found.add(module)
+            found |= {f"{module}.{alias.name}" for alias in node.names}
+    return found
+
+
+# A part of the package, and who may import it: the command line and the sandbox are ways in, never used by
+# the engine, a run, the audit or a role.
+IMPORTED_ONLY_FROM = {
+    "sparkguard.cli": ("sparkguard/cli/",),
+    "sparkguard.dev": ("sparkguard/dev/", "sparkguard/cli/"),
+}
+
+
+def test_the_command_line_and_the_sandbox_are_imported_by_nothing_below_them():
+    offenders = {}
+    for folder in ("sparkguard", "roles", "deploy"):
+        for path in modules(folder):
+            where = str(path.relative_to(REPO))
+            for name in resolved_imports(path):
+                for part, allowed in IMPORTED_ONLY_FROM.items():
+                    if (name == part or name.startswith(part + ".")) and not where.startswith(allowed):
+                        offenders.setdefault(where, []).append(name)
+    assert offenders == {}
+
+
+def test_resolved_imports_see_a_relative_import_of_the_command_line():
+    """The check above reads relative imports as the interpreter does: a run module importing the CLI is caught."""
+    seen = resolved_imports(REPO / "sparkguard" / "run" / "rollout.py",
+                            "from ..cli.console import console\nfrom . import context\nfrom ...x import y\n")
+    assert {"sparkguard.cli.console", "sparkguard.cli.console.console", "sparkguard.run.context"} <= seen

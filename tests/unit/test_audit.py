@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import hashlib
 
-from sparkguard.audit import build_probe, evaluate, parse_output
+from sparkguard.audit.judge import evaluate
+from sparkguard.audit.probe import build_probe
+from sparkguard.engine.probe import parse_output
 from sparkguard.engine.render import host_states
-from sparkguard.inventory import load_inventory
+from sparkguard.inventory.loader import load_inventory
 from tests.conftest import REPO
 
 
@@ -100,7 +102,7 @@ def test_gpu_ranking_verdict_table():
 
 
 def test_files_and_instances_the_inventory_dropped_are_named():
-    from sparkguard.audit import _left_behind
+    from sparkguard.audit.judge import _left_behind
     from sparkguard.engine.probe import absent_files_key, absent_units_key
 
     entry, states = example()

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from sparkguard.engine.render import host_states
-from sparkguard.inventory import load_inventory
+from sparkguard.inventory.loader import load_inventory
 from sparkguard.roles.recovery.state import (
     BOOT_MARKER,
     BOOT_REPORT_SOURCE,

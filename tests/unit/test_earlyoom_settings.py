@@ -39,7 +39,7 @@ def test_good_earlyoom_settings(inventory_dir):
 
 def _preflight(inventory_dir, raw: dict, newer: str = "refuse"):
     from sparkguard.facts import parse_probe
-    from sparkguard.inventory import load_inventory
+    from sparkguard.inventory.loader import load_inventory
     from sparkguard.roles.earlyoom.checks import preflight
 
     path = inventory_dir(f"""\

@@ -13,7 +13,7 @@ import re
 
 import pytest
 
-from sparkguard import cli
+from sparkguard.cli import main as cli
 from sparkguard.domain.memory.estimate import (
     TrainingSpec,
     estimate_training,
@@ -286,7 +286,7 @@ def test_sliding_layers_are_capped_at_their_window():
 
 @pytest.fixture
 def sparkguard(monkeypatch, capsys):
-    """Run ``sparkguard ...`` in-process, with estimate registered even before cli.py lists it."""
+    """Run ``sparkguard ...`` in-process, with estimate registered even before cli/main.py lists it."""
     if "estimate" not in cli.COMMANDS:
         monkeypatch.setattr(cli, "COMMANDS", (*cli.COMMANDS, "estimate"))
 

@@ -13,7 +13,7 @@ import pytest
 
 from sparkguard.engine.render import host_states
 from sparkguard.facts import parse_probe
-from sparkguard.inventory import load_inventory
+from sparkguard.inventory.loader import load_inventory
 from sparkguard.roles.earlyoom import guard as guard_module
 from sparkguard.roles.earlyoom.checks import preflight
 from sparkguard.roles.earlyoom.guard import choose_guard, describe
@@ -153,7 +153,7 @@ def test_describe_names_guard_version_and_reason(inventory_dir):
 
 
 def test_audit_probes_both_variants_of_an_auto_host(inventory_dir):
-    from sparkguard.audit import build_probe, probe_states
+    from sparkguard.audit.probe import build_probe, probe_states
 
     path = inventory_dir("all:\n  vars:\n    node: {memory_total_gib: 121.7}\n  hosts:\n    h: {ssh_host: 192.0.2.1}\n")
     entry = load_inventory(path).host("h")

@@ -24,7 +24,7 @@ from pydantic import BaseModel
 from sparkguard.engine.render import render_inventory
 from sparkguard.errors import ConfigError
 from sparkguard.hostconfig import host_config_model
-from sparkguard.inventory import load_inventory
+from sparkguard.inventory.loader import load_inventory
 from tests.reporting import report
 
 REPO = Path(__file__).resolve().parents[2]

@@ -141,7 +141,7 @@ def test_the_pyinfra_adapter_is_written_and_reads_the_inventory(repo):
 def test_the_pin_names_a_source_pip_can_install_never_a_bare_name(tmp_path):
     """No --pin and no checkout to name: refused with the forms that work; a wheel is copied in and pinned by
     path; a git URL without a commit is refused."""
-    from sparkguard.init_pin import _vcs_url
+    from sparkguard.cli.init_pin import _vcs_url
 
     assert _vcs_url("git@github.com:org/sparkguard.git") == "git+ssh://git@github.com/org/sparkguard.git"
     assert _vcs_url("https://user:token@example.org/sg.git") is None      # never a credential in a pin
@@ -172,7 +172,7 @@ def test_without_a_pin_init_names_this_checkouts_origin_and_commit(tmp_path):
     git(clone, "commit", "-q", "-m", "sparkguard")
     git(clone, "remote", "add", "origin", str(origin))
     head = git(clone, "rev-parse", "HEAD").strip()
-    code = ("import sys; from pathlib import Path; sys.path.insert(0, sys.argv[1]); import sparkguard.init_pin as p; "
+    code = ("import sys; from pathlib import Path; sys.path.insert(0, sys.argv[1]); import sparkguard.cli.init_pin as p; "
             "import sparkguard.paths as paths; print(p._git_pin(Path(sys.argv[1])).line)")
     done = subprocess.run([sys.executable, "-c", code, str(clone)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 import yaml
 
-from sparkguard.commands import init as init_command
+from sparkguard.cli.commands import init as init_command
 from tests.certs import self_signed
 from tests.conftest import INIT_PIN, run_cli
 from tests.unit.test_init import BIN, git

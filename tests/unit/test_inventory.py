@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sparkguard.inventory import load_inventory
+from sparkguard.inventory.loader import load_inventory
 from sparkguard.pyinfra_inventory import groups_for
 
 LAYERED = """

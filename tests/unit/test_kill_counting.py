@@ -209,7 +209,7 @@ def test_the_collector_refuses_what_its_unit_never_passes(tmp_path, spool):
 def test_the_kills_unit_gives_the_collector_the_roles_paths(guard):
     """The program is shipped as it is; its unit's ExecStart carries the values a template once inlined."""
     from sparkguard.engine.render import host_states
-    from sparkguard.inventory import load_inventory
+    from sparkguard.inventory.loader import load_inventory
     from sparkguard.roles.earlyoom.state import COLLECTOR as SHIPPED
     from sparkguard.roles.earlyoom.state import COUNTS_FILE, KILLS_SERVICE_UNIT, MARKS_DIR, SPOOL_DIR, TEXTFILE
 

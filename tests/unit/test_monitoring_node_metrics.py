@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from sparkguard.engine.render import render_inventory
-from sparkguard.inventory import load_inventory
+from sparkguard.inventory.loader import load_inventory
 from sparkguard.roles.monitoring.state import NODE_METRICS_SCRIPT, NODE_METRICS_SERVICE
 from tests.conftest import REPO
 

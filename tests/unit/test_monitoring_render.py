@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from sparkguard.engine.render import render_inventory
-from sparkguard.inventory import load_inventory
+from sparkguard.inventory.loader import load_inventory
 from sparkguard.roles.monitoring.cadvisor import UPSTREAM_DISABLED, VALID_METRICS
 from sparkguard.roles.monitoring.grafana import DATASOURCE_UID
 from tests.conftest import REPO, in_ci

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from sparkguard.engine.render import host_states
-from sparkguard.inventory import load_inventory
+from sparkguard.inventory.loader import load_inventory
 from sparkguard.roles.monitoring import web
 from tests.certs import self_signed
 from tests.conftest import REPO, in_ci, run_cli, write_inventory

@@ -1,4 +1,4 @@
-"""The one reader of files ON THE OPERATOR'S MACHINE (sparkguard.operator_files), and the settings that use it.
+"""The one reader of files ON THE OPERATOR'S MACHINE (sparkguard.inventory.operator_files), and the settings that use it.
 
 An inventory is a pull request's file; what it names, the renderer reads with its own rights. The reader takes
 regular files only (never /proc, /sys or /dev, not through a symlink either, no FIFO or device), under a size
@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from sparkguard import operator_files
 from sparkguard.errors import ConfigError
 from sparkguard.hostconfig import host_config_model
-from sparkguard.inventory import load_inventory
+from sparkguard.inventory import operator_files
+from sparkguard.inventory.loader import load_inventory
 from tests.certs import self_signed
 from tests.conftest import REPO, SPARKGUARD, run_cli, write_inventory
 
@@ -141,7 +141,7 @@ def test_a_refusal_at_read_time_is_a_config_error_naming_the_field(tmp_path):
 
 
 def test_the_export_reads_nothing_through_a_stand_in(tmp_path):
-    from sparkguard import secrets
+    from sparkguard.inventory import secrets
 
     with secrets.stand_ins(lambda env, file: f"stand-in for {file}"):
         assert secrets.read_secret(None, "/proc/self/environ") == "stand-in for /proc/self/environ"

@@ -14,7 +14,7 @@ import pytest
 
 from sparkguard.domain.memory.estimate import largest_seq_len
 from sparkguard.domain.memory.planner import GIB, SHARED_KV_MARGIN
-from sparkguard.inventory import load_inventory
+from sparkguard.inventory.loader import load_inventory
 from sparkguard.roles.budget.plan import plan_host, training_spec
 from tests.conftest import REPO, run_cli
 

@@ -6,7 +6,7 @@ import pytest
 
 from sparkguard.engine.render import host_states
 from sparkguard.errors import ConfigError
-from sparkguard.inventory import load_inventory
+from sparkguard.inventory.loader import load_inventory
 from sparkguard.roles.recovery import state as rs
 
 BASE = "all:\n  vars:\n    node: {{memory_total_gib: 121.7}}\n    recovery: {recovery}\n  hosts:\n    h: {{ssh_host: 192.0.2.1}}\n"

@@ -11,7 +11,7 @@ import shutil
 from pathlib import Path
 
 from sparkguard.engine.render import render_inventory
-from sparkguard.inventory import load_inventory
+from sparkguard.inventory.loader import load_inventory
 from tests.conftest import REPO, run_cli
 
 GOLDEN = REPO / "tests" / "golden" / "example"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sparkguard.errors import ConfigError
-from sparkguard.inventory import load_inventory
+from sparkguard.inventory.loader import load_inventory
 from tests.conftest import run_cli
 
 GOOD = """

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from sparkguard.errors import ConfigError
-from sparkguard.inventory import load_inventory
-from sparkguard.selection import select_hosts, write_retry_file
+from sparkguard.inventory.loader import load_inventory
+from sparkguard.inventory.selection import select_hosts, write_retry_file
 from tests.conftest import run_cli
 
 FLEET = """

@@ -14,7 +14,7 @@ from pyinfra.context import ctx_host, ctx_state
 from pyinfra.facts.server import Sysctl
 from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
-from sparkguard.auditing import ProbeOutput
+from sparkguard.audit.checks import ProbeOutput
 from sparkguard.engine import operations
 from sparkguard.engine.filestate import file_state
 from sparkguard.engine.operations import (

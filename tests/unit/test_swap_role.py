@@ -6,7 +6,7 @@ import pytest
 
 from sparkguard.engine.render import host_states
 from sparkguard.export.ansible.export import _edit
-from sparkguard.inventory import load_inventory
+from sparkguard.inventory.loader import load_inventory
 from sparkguard.roles.swap.fstab import MARKER, disable_swap_lines, enable_swap_lines
 
 FSTAB = (

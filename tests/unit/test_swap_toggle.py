@@ -33,7 +33,7 @@ def test_none_active_tells_the_truth_about_this_host():
 
 def test_the_role_ships_the_file_as_it_is_and_passes_its_values():
     from sparkguard.engine.render import host_states
-    from sparkguard.inventory import load_inventory
+    from sparkguard.inventory.loader import load_inventory
     from tests.conftest import REPO
 
     states = host_states(load_inventory(REPO / "inventory" / "example").host("spark-01"))

@@ -16,7 +16,7 @@ import json
 import pytest
 
 from sparkguard.engine.render import host_states
-from sparkguard.inventory import load_inventory
+from sparkguard.inventory.loader import load_inventory
 from sparkguard.roles.base.interface import TRAINING_TARGET
 from sparkguard.roles.swap.interface import TRAINING_JOB_PREFIX
 from sparkguard.roles.swap.state import TRAIN_CONFIG

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from sparkguard.engine.render import render_inventory
-from sparkguard.inventory import load_inventory
+from sparkguard.inventory.loader import load_inventory
 from tests.conftest import in_ci
 
 REPO = Path(__file__).resolve().parents[2]

@@ -12,7 +12,7 @@ import pytest
 from sparkguard.engine.render import host_states
 from sparkguard.errors import ConfigError
 from sparkguard.facts import NodeInfo
-from sparkguard.inventory import load_inventory
+from sparkguard.inventory.loader import load_inventory
 from sparkguard.roles.vllm.checks import preflight
 from sparkguard.roles.vllm.images import DOCKER_HUB_IMAGE
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import pytest
 
-from sparkguard.audit import _left_behind
+from sparkguard.audit.judge import _left_behind
 from sparkguard.engine.probe import absent_files_key, absent_units_key
 from sparkguard.engine.render import host_states
-from sparkguard.inventory import load_inventory
+from sparkguard.inventory.loader import load_inventory
 
 BASE = """
 all:

@@ -12,7 +12,7 @@ import yaml
 from sparkguard.engine.render import host_states
 from sparkguard.errors import ConfigError
 from sparkguard.facts import NodeInfo
-from sparkguard.inventory import load_inventory
+from sparkguard.inventory.loader import load_inventory
 from sparkguard.roles.monitoring.checks import preflight
 
 NODE = "  vars:\n    node: {memory_total_gib: 121.7, device_profile: cpu-only}\n"

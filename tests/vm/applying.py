@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from sparkguard.engine.converge import site_deploy
-from sparkguard.inventory import load_inventory
+from sparkguard.inventory.loader import load_inventory
 from sparkguard.roles import ROLES
 from sparkguard.run.runner import run_deploy
 

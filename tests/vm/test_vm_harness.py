@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkguard.inventory import load_inventory
+from sparkguard.inventory.loader import load_inventory
 from tests.vm import harness as vm
 
 pytestmark = pytest.mark.vm

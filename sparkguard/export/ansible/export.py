@@ -27,7 +27,7 @@ import yaml
 from ... import __version__, registry, safe_write
 from ...engine.render import path_inside
 from ...errors import ConfigError, Problem
-from ...inventory import Inventory, InventoryHost
+from ...inventory.loader import Inventory, InventoryHost
 from ...layout import STAGE_DIR
 from ...state import DesiredState, FileEdit, ManagedFile, Service
 from .play import ROLE_TASKS, header, plays, role_tasks

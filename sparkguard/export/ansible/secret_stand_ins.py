@@ -20,10 +20,10 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from ... import secrets
 from ...engine.render import host_states
 from ...errors import Problem
-from ...inventory import InventoryHost
+from ...inventory import secrets
+from ...inventory.loader import InventoryHost
 from ...settings import is_secret
 from ...state import DesiredState
 

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .... import operator_files
 from ....errors import ConfigError, Problem
+from ....inventory import operator_files
 
 
 @dataclass(frozen=True)

@@ -6,11 +6,11 @@ import argparse
 import json
 from dataclasses import replace
 
-from ..domain.memory.planner import GIB, HostPlan, budget_problems, plan_document
-from ..errors import EXIT_DOES_NOT_FIT, ConfigError, Problem
-from ..hostconfig import HostConfig
-from ..inventory import load_inventory
-from ..registry import roles
+from ...domain.memory.planner import GIB, HostPlan, budget_problems, plan_document
+from ...errors import EXIT_DOES_NOT_FIT, ConfigError, Problem
+from ...hostconfig import HostConfig
+from ...inventory.loader import load_inventory
+from ...registry import roles
 from . import Subcommands
 
 

@@ -8,7 +8,7 @@ Layout of an inventory directory::
     host_vars/HOST.yml    optional, overrides the host's inline vars (likewise)
     inventory.py          the adapter that lets plain `pyinfra` read this directory
 
-Ansible's forms are read as Ansible reads them (sparkguard.ansible_compat): host ranges
+Ansible's forms are read as Ansible reads them (sparkguard.inventory.ansible_compat): host ranges
 (`spark-[01:03]`) and the connection keys `ansible_host/_port/_user/_become/_ssh_private_key_file`.
 A vars file nobody reads is an error, never silence. Groups are a graph by name, as in Ansible (a group
 under two parents is in both), each read once; a group loop is an error.
@@ -36,7 +36,11 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from . import operator_files, registry
+from .. import registry
+from ..errors import MISSING, ConfigError, Problem
+from ..hostconfig import ConnectionSettings, HostConfig, host_config_model
+from ..settings import url_credential_problems
+from . import operator_files
 from .ansible_compat import (
     MAX_RANGE_HOSTS,
     AnsibleFormError,
@@ -47,9 +51,6 @@ from .ansible_compat import (
     is_inventory_list,
     translate_aliases,
 )
-from .errors import MISSING, ConfigError, Problem
-from .hostconfig import ConnectionSettings, HostConfig, host_config_model
-from .settings import url_credential_problems
 
 GROUP_KEYS = ("hosts", "vars", "children")
 HOSTS_FILE = "hosts.yml"
@@ -156,7 +157,7 @@ def _refuse(display: str, allowed: str) -> ConfigError:
 def _read_text(path: Path, display: str) -> str:
     """The file as UTF-8 text, or a ConfigError that says what it is instead (never a traceback, never its content).
 
-    Read through sparkguard.operator_files, as every file on the operator's machine: a regular file only, never
+    Read through sparkguard.inventory.operator_files, as every file on the operator's machine: a regular file only, never
     under /proc, /sys or /dev (a vars file linked to /proc/self/environ is refused, not read), at most 1 MiB."""
     try:
         data = operator_files.read_bytes(path, MAX_FILE_BYTES)
@@ -762,7 +763,7 @@ def problems_from_validation(host: str, error: ValidationError, model: type[Base
         owner, info = _model_at(model, loc)
         source = _source_for(dotted, sources) or default_source
         kind = item["type"]
-        from .settings import SECRET_PLACEHOLDER, is_secret
+        from ..settings import SECRET_PLACEHOLDER, is_secret
 
         if is_secret(info):
             item = {**item, "input": SECRET_PLACEHOLDER}
@@ -774,7 +775,7 @@ def problems_from_validation(host: str, error: ValidationError, model: type[Base
         elif kind == "missing":
             problems.append(Problem(host, dotted, MISSING, f"is required{_describe(info)}", source))
         elif kind == "string_pattern_mismatch":
-            from .settings import KIND_LABELS
+            from ..settings import KIND_LABELS
 
             pattern = (item.get("ctx") or {}).get("pattern", "")
             what = KIND_LABELS.get(pattern) or f"a string matching {pattern}"

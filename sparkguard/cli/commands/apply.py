@@ -12,15 +12,15 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from .. import safe_write
+from ... import safe_write
+from ...engine.converge import role_deploy, site_deploy
+from ...errors import ConfigError, ConnectError, Problem
+from ...inventory.loader import load_inventory
+from ...inventory.selection import select_hosts, write_retry_file
+from ...run.rollout import roll
+from ...run.runner import ApplyResult, run_deploy
 from ..advice import fleet_advice
 from ..console import console as make_console
-from ..engine.converge import role_deploy, site_deploy
-from ..errors import ConfigError, ConnectError, Problem
-from ..inventory import load_inventory
-from ..run.rollout import roll
-from ..run.runner import ApplyResult, run_deploy
-from ..selection import select_hosts, write_retry_file
 from . import Subcommands
 
 
@@ -71,7 +71,7 @@ def _check_fleet_flags(args: argparse.Namespace) -> None:
 def _deploy_factory(role_name: str | None) -> Callable[[], Callable[..., Any]]:
     if role_name is None:
         return site_deploy
-    from .. import registry
+    from ... import registry
 
     by_name = registry.by_name()
     if role_name not in by_name:

@@ -7,9 +7,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..engine.render import render_inventory
-from ..export.ansible.export import export_inventory, offline_choices
-from ..inventory import load_inventory
+from ...engine.render import render_inventory
+from ...export.ansible.export import export_inventory, offline_choices
+from ...inventory.loader import load_inventory
 from . import Subcommands
 
 FORMATS = ("files", "ansible")

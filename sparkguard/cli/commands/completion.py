@@ -60,7 +60,7 @@ complete -o filenames -F _sparkguard sparkguard
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..cli import build_parser
+    from ..main import build_parser
 
     script = bash_script(command_words(build_parser()))
     if args.shell == "zsh":

@@ -22,7 +22,7 @@ from importlib import metadata
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from .errors import ConfigError, Problem
+from ..errors import ConfigError, Problem
 
 WHEELS = ".sparkguard/wheels"
 _COMMIT = re.compile(r"[0-9a-f]{40}")
@@ -67,7 +67,7 @@ def _explicit(spec: str) -> Pin:
 
 def _own_source() -> Path | None:
     """The directory this sparkguard was installed from (a checkout, or pipx/pip of a local directory)."""
-    from .paths import INSTALLED, REPO_ROOT
+    from ..paths import INSTALLED, REPO_ROOT
 
     if not INSTALLED:
         return REPO_ROOT

@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from ..dev import sandbox
+from ...dev import sandbox
 from . import Subcommands
 
 

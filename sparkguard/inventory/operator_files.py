@@ -32,7 +32,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from .errors import ConfigError, Problem
+from ..errors import ConfigError, Problem
 
 # Pseudo-file systems: their "files" are the reader's own environment, memory, devices and kernel state.
 FORBIDDEN_TREES = ("/proc", "/sys", "/dev")

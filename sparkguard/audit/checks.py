@@ -2,7 +2,7 @@
 
 `sparkguard audit` runs ONE script per host. Each role adds the shell lines that read what only it
 knows about (``Role.audit_probe``: e.g. earlyoom's command line) and judges them (``Role.audit_checks``),
-so the core audit (sparkguard/audit.py) compares files, packages, services, sysctls and checks of every
+so the core audit (sparkguard/audit/run.py) compares files, packages, services, sysctls and checks of every
 desired state and knows no role. A probe line reports a runtime value with the helper ``r NAME VALUE``
 (read back as ``view.runtime[NAME]``), a file found by a glob with ``f @@V PATH`` (``probe.found_files``).
 """
@@ -15,8 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .facts import NodeInfo
-from .state import DesiredState, ManagedFile, normal_mode
+from ..facts import NodeInfo
+from ..state import DesiredState, ManagedFile, normal_mode
 
 
 @dataclass

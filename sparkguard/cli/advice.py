@@ -6,8 +6,8 @@ them, a fleet should not, so validate and apply say it and go on.
 
 from __future__ import annotations
 
-from . import registry
-from .inventory import Inventory
+from .. import registry
+from ..inventory.loader import Inventory
 
 
 def fleet_advice(inventory: Inventory) -> list[str]:

@@ -15,9 +15,9 @@ import fnmatch
 from collections.abc import Iterable
 from pathlib import Path
 
-from . import safe_write
-from .errors import ConfigError, Problem
-from .inventory import Inventory, InventoryHost
+from .. import safe_write
+from ..errors import ConfigError, Problem
+from .loader import Inventory, InventoryHost
 
 RETRY_FILE_MAX_BYTES = 1 << 20
 _GLOB = set("*?[")

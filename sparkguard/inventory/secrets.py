@@ -41,7 +41,7 @@ def stand_ins(make: StandIn) -> Iterator[None]:
 def read_secret(env_name: str | None, file_path: str | None, kind: str = "secret",
                 field: str = "a file on the operator's machine") -> str | None:
     """The secret, or None when no source is set or it is empty/unreadable. A file is read through
-    sparkguard.operator_files (a regular file of ``kind`` under its cap: never /proc, /dev/zero, a FIFO or a
+    sparkguard.inventory.operator_files (a regular file of ``kind`` under its cap: never /proc, /dev/zero, a FIFO or a
     directory); one it refuses is a ConfigError (exit 2) naming ``field`` and the path, never the content."""
     make = _stand_in.get()
     if make is not None and (env_name or file_path):

@@ -23,11 +23,11 @@ import os
 import textwrap
 from pathlib import Path
 
-from .. import __version__, safe_write
-from ..errors import ConfigError, Problem
+from ... import __version__, safe_write
+from ...errors import ConfigError, Problem
+from ...inventory.loader import name_problem
+from ...pyinfra_inventory import ADAPTER_SOURCE
 from ..init_pin import pin_for
-from ..inventory import name_problem
-from ..pyinfra_inventory import ADAPTER_SOURCE
 from . import Subcommands
 
 CI_CHOICES = ("github", "gitlab", "both", "none")

@@ -8,9 +8,10 @@ import json
 from rich.console import Console
 from rich.table import Table
 
-from ..audit import COMMANDS_PER_HOST, AuditResult, run_audit
+from ...audit.result import COMMANDS_PER_HOST, AuditResult
+from ...audit.run import run_audit
+from ...inventory.loader import load_inventory
 from ..console import console as make_console
-from ..inventory import load_inventory
 from . import Subcommands
 
 

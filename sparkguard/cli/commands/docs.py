@@ -12,8 +12,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..docs import settings_reference
-from ..errors import ConfigError, Problem
+from ...docs import settings_reference
+from ...errors import ConfigError, Problem
 from . import Subcommands
 
 
@@ -30,7 +30,7 @@ def register(sub: Subcommands) -> None:
 
 def documents() -> dict[str, Path]:
     """Every shipped document by its name: its path under docs/ without .md (``roles/swap``)."""
-    from ..paths import DOCS_DIR
+    from ...paths import DOCS_DIR
 
     return {p.relative_to(DOCS_DIR).with_suffix("").as_posix(): p for p in sorted(DOCS_DIR.rglob("*.md"))}
 
@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     if args.show is not None:
         return _show(args.show)
     if args.deploy is not None:
-        from ..paths import DEPLOY_DIR
+        from ...paths import DEPLOY_DIR
 
         names = sorted(p.stem for p in DEPLOY_DIR.glob("*.py") if not p.name.startswith("_"))
         if args.deploy not in names:

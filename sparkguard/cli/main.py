@@ -1,6 +1,6 @@
 """The ``sparkguard`` command: what plain pyinfra does not do.
 
-Each subcommand lives in ``sparkguard/commands/<name>.py`` with a ``register``
+Each subcommand lives in ``sparkguard/cli/commands/<name>.py`` with a ``register``
 function. Operator errors print as paragraphs and exit non-zero, never as a
 traceback; a traceback means a bug in sparkguard.
 """
@@ -14,8 +14,8 @@ import os
 import sys
 from typing import NoReturn
 
-from . import __version__
-from .errors import EXIT_BROKEN_PIPE, EXIT_CONFIG_ERROR, EXIT_INTERRUPTED, ConfigError, SparkguardError
+from .. import __version__
+from ..errors import EXIT_BROKEN_PIPE, EXIT_CONFIG_ERROR, EXIT_INTERRUPTED, ConfigError, SparkguardError
 
 COMMANDS = ("validate", "render", "apply", "sandbox", "estimate", "docs", "plan", "audit", "completion", "init")
 
@@ -46,7 +46,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"sparkguard {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=Parser)
     for name in (only,) if only in COMMANDS else COMMANDS:
-        importlib.import_module(f"sparkguard.commands.{name}").register(sub)
+        importlib.import_module(f"sparkguard.cli.commands.{name}").register(sub)
     return parser
 
 
@@ -67,7 +67,7 @@ def ending(args: argparse.Namespace, error: SparkguardError) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from . import builtin_roles  # the CLI is an entry point: it chooses the roles the core works with
+    from .. import builtin_roles  # the CLI is an entry point: it chooses the roles the core works with
 
     builtin_roles.register()
     words = sys.argv[1:] if argv is None else argv

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ...inventory.loader import load_inventory
 from ..advice import fleet_advice
-from ..inventory import load_inventory
 from . import Subcommands
 
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..domain.memory.estimate import TrainingSpec, estimate_training, largest_seq_len, load_model
-from ..domain.memory.estimate.training import ATTENTION, GB, GIB, LOSSES, METHODS, TARGETS, Estimate
-from ..errors import EXIT_DOES_NOT_FIT
+from ...domain.memory.estimate import TrainingSpec, estimate_training, largest_seq_len, load_model
+from ...domain.memory.estimate.training import ATTENTION, GB, GIB, LOSSES, METHODS, TARGETS, Estimate
+from ...errors import EXIT_DOES_NOT_FIT
 from . import Subcommands
 
 DTYPES = ("bf16", "fp16", "fp32")
