@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .errors import Problem
@@ -20,6 +21,16 @@ if TYPE_CHECKING:
     from .domain.memory.planner import HostPlan
     from .facts import NodeInfo
     from .hostconfig import HostConfig
+
+
+def shipped_program(role_module: str, name: str) -> Path:
+    """A node-side program a role ships as it is, from its ``files/`` folder (``roles/<role>/files/NAME``).
+
+    Programs are real files, never passed through Jinja: their values come from their unit's arguments or
+    a file the role writes, so they can be run and tested as they are. ``role_module`` is the calling
+    module's ``__file__``.
+    """
+    return Path(role_module).parent / "files" / name
 
 
 @dataclass(frozen=True)

@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 from sparkguard import __version__
 from sparkguard.layout import CONFIG_DIR, LIB_DIR, STATE_DIR, TEXTFILE_DIR, unit_path
-from sparkguard.role import RoleContext
+from sparkguard.role import RoleContext, shipped_program
 from sparkguard.settings import masked_dump
 from sparkguard.state import DesiredState, Directory, ManagedFile
 from sparkguard.templating import render_template
 
 from .interface import NODE_JSON, SYSCTL_CHECK, TRAINING_TARGET
 
-SYSCTL_CHECK_SOURCE = Path(__file__).with_name("sysctl-check.sh")  # shipped as it is
+SYSCTL_CHECK_SOURCE = shipped_program(__file__, "sysctl-check.sh")
 
 
 def node_document(ctx: RoleContext) -> dict[str, Any]:

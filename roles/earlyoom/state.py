@@ -4,19 +4,17 @@ from __future__ import annotations
 
 import json
 import shlex
-from pathlib import Path
 
 from sparkguard.domain.memory import victim_order
 from sparkguard.hostconfig import settings_of
 from sparkguard.layout import BIN_DIR, CONFIG_DIR, LIB_DIR, STATE_DIR, TEXTFILE_DIR, dropin_path, unit_path
-from sparkguard.role import RoleContext
+from sparkguard.role import RoleContext, shipped_program
 from sparkguard.state import DesiredState, Directory, Ensure, ManagedFile, Service
 from sparkguard.templating import render_template, sandbox
 
 from ..swap.interface import TRAINING_JOB_PREFIX
 from ..vllm.interface import SERVING_UNIT_PREFIX
 from ..vllm.settings import VllmSettings
-from . import gpu_ranking
 from .guard import GuardChoice, choose_guard
 from .names import SERVING_UNITS, avoid_regex, launcher_regex, prefer_regex, serving_regex
 from .settings import EarlyoomSettings
@@ -58,8 +56,8 @@ DEVICE_PATHS = (
 
 
 def _shipped(name: str) -> str:
-    """A node-side program of this role, shipped as it is (roles/earlyoom/NAME)."""
-    return (Path(__file__).parent / name).read_text()
+    """A node-side program of this role, shipped as it is (roles/earlyoom/files/NAME)."""
+    return shipped_program(__file__, name).read_text()
 
 
 def threshold_args(settings: EarlyoomSettings) -> list[str]:
@@ -108,7 +106,7 @@ def ranking_config(settings: EarlyoomSettings) -> str:
 
 
 def ranking_files(settings: EarlyoomSettings) -> tuple[ManagedFile, ...]:
-    source = Path(gpu_ranking.__file__).read_text()
+    source = _shipped("gpu_ranking.py")
     return (
         ManagedFile(RANKING_AGENT, source, mode="0755",
                     validate="python3 -c \"import ast, sys; ast.parse(open(sys.argv[1]).read())\" {path}"),
@@ -150,7 +148,7 @@ def earlyoom_guard(settings: EarlyoomSettings, total: int | None, paths: dict[st
 
 def nohang_action(settings: EarlyoomSettings) -> str:
     """The action program's command line in nohang.conf, before nohang's own words (``term $PID``,
-    ``killed $PID $NAME``): its values come as arguments (roles/earlyoom/nohang-action.sh), never a template.
+    ``killed $PID $NAME``): its values come as arguments (roles/earlyoom/files/nohang-action.sh), never a template.
     Every word is one of the role's fixed paths: nohang shlex-splits the line."""
     scope = "group" if settings.kill_process_group else "process"
     return " ".join((NOHANG_ACTION, scope, RECORDER, SPOOL_DIR, JOBS_FILE, MARKS_DIR))

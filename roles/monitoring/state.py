@@ -5,13 +5,12 @@ from __future__ import annotations
 import json
 import posixpath
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import yaml
 
 from sparkguard.layout import CONFIG_DIR, LIB_DIR, TEXTFILE_DIR, dropin_path, unit_path
-from sparkguard.role import RoleContext
+from sparkguard.role import RoleContext, shipped_program
 from sparkguard.state import DesiredState, ManagedFile, Service
 from sparkguard.templating import render_template, sandbox
 
@@ -38,8 +37,8 @@ NODE_METRICS_TIMER = "sparkguard-node-metrics.timer"
 NODE_METRICS_TEXTFILE = f"{TEXTFILE_DIR}/sparkguard_node.prom"
 CADVISOR_UNIT = "sparkguard-cadvisor.service"
 GRAFANA_DIR = f"{CONFIG_DIR}/grafana"
-NODE_METRICS_SOURCE = Path(__file__).with_name("node-metrics.sh")  # shipped as it is
-WEB_GET_SOURCE = Path(__file__).with_name("web-get.py")  # shipped as it is
+NODE_METRICS_SOURCE = shipped_program(__file__, "node-metrics.sh")
+WEB_GET_SOURCE = shipped_program(__file__, "web-get.py")
 GRAFANA_DATASOURCE = f"{GRAFANA_DIR}/provisioning/datasources/sparkguard.yml"
 GRAFANA_PROVIDER = f"{GRAFANA_DIR}/provisioning/dashboards/sparkguard.yml"
 GRAFANA_DASHBOARD = f"{GRAFANA_DIR}/dashboards/node-memory-truth.json"

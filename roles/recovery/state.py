@@ -7,11 +7,10 @@ the node by an ``Ensure`` or stays inert, and ``sparkguard audit`` reports it.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from sparkguard.layout import LIB_DIR, STATE_DIR, TEXTFILE_DIR, dropin_path, unit_path
-from sparkguard.role import RoleContext
+from sparkguard.role import RoleContext, shipped_program
 from sparkguard.state import DesiredState, Directory, Ensure, ManagedFile, Service
 from sparkguard.templating import render_template, sandbox
 
@@ -30,7 +29,7 @@ BOOT_REPORT = f"{LIB_DIR}/boot-report"
 BOOT_REPORT_UNIT = "sparkguard-boot-report.service"
 BOOT_MARKER = f"{STATE_DIR}/boot-in-progress"
 BOOT_VERDICT = "/run/sparkguard/boot-verdict"
-BOOT_REPORT_SOURCE = Path(__file__).with_name("boot-report.sh")  # shipped as it is
+BOOT_REPORT_SOURCE = shipped_program(__file__, "boot-report.sh")
 LAST_UNCLEAN = f"{STATE_DIR}/last-unclean-boot.txt"
 BOOT_TEXTFILE = f"{TEXTFILE_DIR}/sparkguard_boot.prom"
 MANAGER = "org.freedesktop.systemd1 /org/freedesktop/systemd1 org.freedesktop.systemd1.Manager"

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 from sparkguard.hostconfig import settings_of
 from sparkguard.layout import BIN_DIR, CONFIG_DIR, LIB_DIR, STATE_DIR, dropin_path, unit_path
-from sparkguard.role import RoleContext
+from sparkguard.role import RoleContext, shipped_program
 from sparkguard.state import DesiredState, Directory, Ensure, FileEdit, ManagedFile, Service
 from sparkguard.templating import render_template, sandbox
 
@@ -16,13 +15,12 @@ from ..base.interface import NODE_JSON, SYSCTL_CHECK, TRAINING_TARGET
 from ..budget.interface import BUDGET_JSON
 from ..earlyoom.settings import EarlyoomSettings
 from ..vllm.interface import MODE_DIR as VLLM_MODE_DIR
-from . import train_launcher
 from .fstab import DISABLE, ENABLE, MARKER
 from .interface import SWAPOFF_SERVICE, TRAINING_JOB_PREFIX
 from .settings import SwapSettings
 
 TOGGLE = f"{LIB_DIR}/swap-toggle"
-TOGGLE_SOURCE = Path(__file__).with_name("swap-toggle.sh")  # shipped as it is
+TOGGLE_SOURCE = shipped_program(__file__, "swap-toggle.sh")
 LAUNCHER = f"{BIN_DIR}/sparkguard-train"
 # The launcher's layout; the launcher (shipped as it is) reads it from this path (tests check they agree).
 TRAIN_CONFIG = f"{CONFIG_DIR}/train.json"
@@ -68,7 +66,7 @@ def desired_state(ctx: RoleContext) -> DesiredState:
         ManagedFile(TOGGLE, TOGGLE_SOURCE.read_text(), mode="0755", validate="sh -n {path}"),
         ManagedFile(TRAIN_CONFIG, launcher_config(names),
                     validate="python3 -c \"import json, sys; json.load(open(sys.argv[1]))\" {path}"),
-        ManagedFile(LAUNCHER, Path(train_launcher.__file__).read_text(), mode="0755",
+        ManagedFile(LAUNCHER, shipped_program(__file__, "train_launcher.py").read_text(), mode="0755",
                     validate="python3 -c \"import ast, sys; ast.parse(open(sys.argv[1]).read())\" {path}"),
         # Not confined by the shared sandbox (docs/security.md): with it, swap was not restored after a killed
         # launcher in one CI run of the qemu tests. A likelier cause, found since: a launcher killed before its

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import yaml
@@ -10,7 +9,7 @@ import yaml
 from sparkguard.domain.memory.planner import ServingPlan, fmt_gib
 from sparkguard.inventory.secrets import read_secret
 from sparkguard.layout import CONFIG_DIR, LIB_DIR, UNIT_DIR, dropin_path, unit_path
-from sparkguard.role import RoleContext
+from sparkguard.role import RoleContext, shipped_program
 from sparkguard.state import AbsentFiles, AbsentInstances, DesiredState, Directory, ManagedFile, Service
 from sparkguard.templating import render_template, sandbox
 
@@ -24,7 +23,7 @@ from .settings import ServedModel, VllmSettings
 VLLM_CONFIG_DIR = f"{CONFIG_DIR}/vllm"
 MODE_DIR = VLLM_MODE_DIR
 MODE_SCRIPT = f"{LIB_DIR}/vllm-mode"
-MODE_SCRIPT_SOURCE = Path(__file__).with_name("mode.sh")  # shipped as it is; its unit passes the paths
+MODE_SCRIPT_SOURCE = shipped_program(__file__, "mode.sh")  # its unit passes the paths
 SERVICE_TEMPLATE = f"{SERVING_UNIT_PREFIX}.service"
 TRAINING_TEMPLATE = "sparkguard-vllm-training@.service"
 # Where earlier versions put a copy of the training target; role base owns it now, so it is removed.

@@ -232,3 +232,20 @@ def test_resolved_imports_see_a_relative_import_of_the_command_line():
     seen = resolved_imports(REPO / "sparkguard" / "run" / "rollout.py",
                             "from ..cli.console import console\nfrom . import context\nfrom ...x import y\n")
     assert {"sparkguard.cli.console", "sparkguard.cli.console.console", "sparkguard.run.context"} <= seen
+
+
+def test_a_role_keeps_its_node_side_programs_in_files_and_has_a_document():
+    """roles/<name>/ holds the role's Python (run on the operator's machine); what runs on the node is in its
+    files/ folder, shipped as it is; each role has docs/roles/<name>.md."""
+    from sparkguard.roles import ROLES
+
+    misplaced = sorted(str(p.relative_to(REPO)) for p in (REPO / "roles").glob("*/*")
+                       if p.is_file() and p.suffix != ".py" and p.parent.name != "__pycache__")
+    assert misplaced == []
+    for role in ROLES:
+        assert (REPO / "docs" / "roles" / f"{role.name}.md").is_file(), role.name
+        files = REPO / "roles" / role.name / "files"
+        assert not (files / "__init__.py").exists()      # programs, not a package of the role's code
+        for program in sorted(files.glob("*")) if files.is_dir() else []:
+            state = (REPO / "roles" / role.name / "state.py").read_text()
+            assert f'"{program.name}"' in state, f"{program} is shipped by no line of its role's state.py"

@@ -1,4 +1,4 @@
-"""boot-report as shipped (roles/recovery/boot-report.sh), run here on temporary files with the rendered unit's
+"""boot-report as shipped (roles/recovery/files/boot-report.sh), run here on temporary files with the rendered unit's
 arguments; journalctl and systemd-cat are stand-ins that log (nothing reaches this host's journal).
 
 A real unclean boot (watchdog reset) is tests/vm/test_recovery_vm.py.

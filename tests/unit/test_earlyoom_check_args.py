@@ -1,4 +1,4 @@
-"""earlyoom-check-args (roles/earlyoom/check-args.sh), run for real against a stand-in earlyoom.
+"""earlyoom-check-args (roles/earlyoom/files/check-args.sh), run for real against a stand-in earlyoom.
 
 No earlyoom runs here (the sandbox tests run the real 1.7 and 1.8 through apply). The stand-in prints what
 earlyoom 1.7 prints on stderr once every argument is parsed (the format of its main.c: the SIGTERM line, then
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "roles" / "earlyoom" / "check-args.sh"
+SCRIPT = Path(__file__).resolve().parents[2] / "roles" / "earlyoom" / "files" / "check-args.sh"
 
 BANNER_1_7 = ("earlyoom 1.7\nmem total: 7954 MiB, swap total:    0 MiB\n"
               "sending SIGTERM when mem <= 10.00% and swap <= 5.00%,\n"

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from sparkguard.domain.memory import victim_order as vo
-from sparkguard.roles.earlyoom import gpu_ranking as agent
+from sparkguard.roles.earlyoom.files import gpu_ranking as agent
 from sparkguard.roles.earlyoom.settings import EarlyoomSettings
 from sparkguard.roles.earlyoom.state import ranking_config
 

@@ -166,7 +166,7 @@ def test_audit_probes_both_variants_of_an_auto_host(inventory_dir):
     assert guard_module.live_alternatives(load_inventory(declared).host("h").config) == ()
 
 
-RECORDER = REPO / "roles" / "earlyoom" / "guard-record.sh"
+RECORDER = REPO / "roles" / "earlyoom" / "files" / "guard-record.sh"
 
 
 def _action_script(tmp_path: Path, group: bool, jobs: str = "") -> tuple[list[str], Path]:
@@ -176,7 +176,7 @@ def _action_script(tmp_path: Path, group: bool, jobs: str = "") -> tuple[list[st
     spool.mkdir()
     marks.mkdir()
     (tmp_path / "gpu-jobs").write_text(jobs)
-    return [str(REPO / "roles" / "earlyoom" / "nohang-action.sh"), "group" if group else "process", str(RECORDER),
+    return [str(REPO / "roles" / "earlyoom" / "files" / "nohang-action.sh"), "group" if group else "process", str(RECORDER),
             str(spool), str(tmp_path / "gpu-jobs"), str(marks)], spool
 
 
@@ -250,7 +250,7 @@ def test_collector_counts_only_the_guards_events_and_never_blocks(tmp_path):
     spool.mkdir()
     marks.mkdir()
     counts, textfile = tmp_path / "counts", tmp_path / "guard.prom"
-    script = [str(REPO / "roles" / "earlyoom" / "collect.sh"), "nohang", str(spool), str(counts), str(textfile),
+    script = [str(REPO / "roles" / "earlyoom" / "files" / "collect.sh"), "nohang", str(spool), str(counts), str(textfile),
               str(marks)]
     (spool / "1.1.event").write_text("pid=42\nuid=0\nname=python3\nsignal=SIGTERM\n")     # root: the guard
     dynamic = spool / "2.2.event"

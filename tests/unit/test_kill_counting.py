@@ -1,9 +1,9 @@
 """A victim is counted once, when it is gone, and for its job: the recorder and the collector as files.
 
 The guards' hooks (earlyoom's -N hook, nohang's action script) hand every kill to
-``guard-record`` (roles/earlyoom/guard-record.sh), which waits until the victim
+``guard-record`` (roles/earlyoom/files/guard-record.sh), which waits until the victim
 has exited and names its job from the GPU ranking agent's jobs file; the root
-collector (roles/earlyoom/collect.sh) then logs and counts it, once per
+collector (roles/earlyoom/files/collect.sh) then logs and counts it, once per
 victim and once per job. Real shells, real processes, real signals; the spool,
 the jobs file and the counters are in tmp_path.
 """
@@ -21,7 +21,7 @@ import pytest
 from sparkguard.templating import render_template
 from tests.conftest import REPO
 
-RECORDER = REPO / "roles" / "earlyoom" / "guard-record.sh"
+RECORDER = REPO / "roles" / "earlyoom" / "files" / "guard-record.sh"
 
 
 def start_of(pid: int) -> str:
@@ -104,7 +104,7 @@ def test_the_earlyoom_hook_hands_the_kill_to_the_recorder(spool, tmp_path):
     assert (event["pid"], event["name"], event["uid"], event["signal"]) == ("999999", "python3", "1000", "SIGTERM")
 
 
-COLLECTOR = REPO / "roles" / "earlyoom" / "collect.sh"
+COLLECTOR = REPO / "roles" / "earlyoom" / "files" / "collect.sh"
 
 
 def collector(tmp_path: Path, spool: Path, guard: str = "earlyoom") -> list[str]:

@@ -1,4 +1,4 @@
-"""swap-toggle as shipped (roles/swap/swap-toggle.sh): its command line, run for real, read-only on this host.
+"""swap-toggle as shipped (roles/swap/files/swap-toggle.sh): its command line, run for real, read-only on this host.
 
 Turning swap off and on needs the node's own kernel: tests/vm/test_swap_vm.py does that in qemu.
 """

@@ -37,7 +37,7 @@ def launcher(tmp_path_factory):
 
 
 def test_the_shipped_launcher_is_the_source_file_and_reads_the_roles_config(launcher):
-    from sparkguard.roles.swap import train_launcher
+    from sparkguard.roles.swap.files import train_launcher
 
     assert str(train_launcher.CONFIG) == TRAIN_CONFIG == str(launcher.CONFIG)
     assert (launcher.layout.target, launcher.layout.job_prefix) == (TRAINING_TARGET, TRAINING_JOB_PREFIX)

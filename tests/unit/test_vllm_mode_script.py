@@ -1,4 +1,4 @@
-"""Role vllm's mode script (roles/vllm/mode.sh), run as it is shipped, with its unit's arguments.
+"""Role vllm's mode script (roles/vllm/files/mode.sh), run as it is shipped, with its unit's arguments.
 
 STAND-IN: ``systemctl`` is a script on PATH that records its arguments (and answers ``is-enabled``); the
 real restarts and stops are the sandbox's (tests/sandbox/test_vllm.py).

@@ -48,8 +48,8 @@ def test_the_wheel_holds_the_product_packages(wheel_names):
         top, _, rest = name.partition("/")
         expected.add(f"{mapped[top]}/{rest}" if top in mapped else name)
     assert sorted(expected - set(wheel_names)) == []
-    assert "sparkguard/roles/monitoring/web-get.py" in wheel_names  # a program shipped as it is, beside its role
-    assert "sparkguard/roles/swap/swap-toggle.sh" in wheel_names      # a node-side program of a role
+    assert "sparkguard/roles/monitoring/files/web-get.py" in wheel_names  # a program shipped as it is, beside its role
+    assert "sparkguard/roles/swap/files/swap-toggle.sh" in wheel_names      # a node-side program of a role
 
 
 def test_the_wheel_holds_no_development_machinery(wheel_names):

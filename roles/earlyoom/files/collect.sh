@@ -1,5 +1,5 @@
 #!/bin/sh
-# Managed by sparkguard (role earlyoom, shipped as it is: roles/earlyoom/collect.sh). Turns the guard's kill
+# Managed by sparkguard (role earlyoom, shipped as it is: roles/earlyoom/files/collect.sh). Turns the guard's kill
 # events into one journal line each and the Prometheus textfile counters
 #   sparkguard_earlyoom_kills_total{victim="NAME"}
 #   sparkguard_earlyoom_kills_all_total

@@ -1,5 +1,5 @@
 #!/bin/sh
-# Managed by sparkguard (role earlyoom, guard nohang; shipped as it is: roles/earlyoom/nohang-action.sh).
+# Managed by sparkguard (role earlyoom, guard nohang; shipped as it is: roles/earlyoom/files/nohang-action.sh).
 # Every nohang action on this node. nohang.conf gives the role's values first, then nohang's own words:
 #   nohang-action SCOPE RECORDER SPOOL JOBS MARKS term PID          nohang's soft action: SIGTERM the victim
 #                                                                   (SCOPE group: its process group), record it
