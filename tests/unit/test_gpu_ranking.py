@@ -427,3 +427,53 @@ def test_the_agent_wakes_on_a_device_open_and_ranks_before_its_next_pass(tmp_pat
     finally:
         running.terminate()
         running.wait(timeout=10)
+
+
+def test_a_watched_scan_reads_again_only_holders_and_new_processes_until_a_device_is_opened(tmp_path, proc, device):
+    """The cached scan: a process seen holding no device is not read again until a watched device is opened."""
+    for pid in range(100, 130):
+        proc.add(pid, "bash", 0, fds=("/dev/null",) * 5)
+    proc.add(4242, "python3", 0, fds=(str(device),))
+    scan = agent.DeviceScan(str(proc.root))
+    assert scan.holders({str(device)}, watched=True) == {4242} and scan.read_last == 31
+    assert scan.holders({str(device)}, watched=True) == {4242} and scan.read_last == 1       # the holder only
+    proc.add(4243, "python3", 0, ppid=4242, pgid=4242, fds=(str(device),))                  # a forked worker
+    assert scan.holders({str(device)}, watched=True) == {4242, 4243} and scan.read_last == 2
+    (proc.root / "100" / "fd" / "9").symlink_to(device)                                     # 100 opens it ...
+    scan.opened()                                                                            # ... IN_OPEN
+    assert scan.holders({str(device)}, watched=True) == {100, 4242, 4243} and scan.read_last == 32
+    proc.remove(4242)
+    assert scan.holders({str(device)}, watched=True) == {100, 4243}
+
+
+def test_a_reused_pid_is_a_new_process_to_the_scan(tmp_path, proc, device):
+    """Same PID, another process (a new /proc/PID inode): read again, whatever the cache says of the old one."""
+    proc.add(300, "bash", 0)
+    scan = agent.DeviceScan(str(proc.root))
+    assert scan.holders({str(device)}, watched=True) == set()
+    (tmp_path / "staging").mkdir()
+    newer = FakeProc(tmp_path / "staging")
+    newer.add(300, "python3", 0, fds=(str(device),))          # made while the old one still exists: another inode
+    proc.remove(300)
+    (newer.root / "300").rename(proc.root / "300")
+    assert scan.holders({str(device)}, watched=True) == {300}
+
+
+def test_without_a_watch_or_every_few_passes_the_scan_reads_every_process(tmp_path, proc, device):
+    for pid in range(100, 110):
+        proc.add(pid, "bash", 0)
+    scan = agent.DeviceScan(str(proc.root))
+    scan.passes = 1                                  # not the periodic full scan
+    for _ in range(3):
+        scan.holders({str(device)}, watched=False)
+        assert scan.read_last == 10
+    # What an unwatched pass saw is not trusted once the watch is up: an open meanwhile sent no event.
+    (proc.root / "100" / "fd" / "3").symlink_to(device)
+    assert scan.holders({str(device)}, watched=True) == {100}
+    scan = agent.DeviceScan(str(proc.root))
+    reads = []
+    for _ in range(2 * agent.DeviceScan.FULL_EVERY):
+        scan.holders({str(device)}, watched=True)
+        reads.append(scan.read_last)
+    assert reads == ([10] + [1] * (agent.DeviceScan.FULL_EVERY - 1)) * 2     # a full scan every FULL_EVERY passes
+    assert scan.holders({str(device), "/dev/kfd"}, watched=True) == {100} and scan.read_last == 10  # a new device
