@@ -4,9 +4,10 @@ Times every SSH command and upload of a fresh apply of deploy/site.py at pyinfra
 sums them by kind: the snapshot probe, packages (apt-get update and install, dpkg), file uploads,
 the commands that check and rename files, systemd (daemon-reload, restarts, start/enable), the role
 re-reads, and the rest. Then a no-op rerun for comparison. Boots its own node on 127.0.89.x and
-tears it down.
+tears it down. --monitoring turns role monitoring on (node_exporter, Prometheus, Alertmanager: the
+largest packages a role installs), to see what installing them costs beside the rest.
 
-    bench/fresh-breakdown [--runs 3]
+    bench/fresh-breakdown [--runs 3] [--monitoring]
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ import statistics
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+import yaml
 from nodes import booted_nodes
 from pyinfra.connectors.ssh import SSHConnector
 
@@ -70,13 +73,25 @@ def timed_apply(inventory: Any) -> float:
     return elapsed
 
 
+def with_monitoring(inventory: Path) -> None:
+    """Role monitoring on, alerts to a receiver on the node's own loopback (nothing listens: none fires)."""
+    hosts = inventory / "hosts.yml"
+    document = yaml.safe_load(hosts.read_text())
+    document["all"]["vars"]["monitoring"] = {"enabled": True,
+                                             "alertmanager": {"webhook_url": "http://127.0.0.1:9/hook"}}
+    hosts.write_text(yaml.safe_dump(document, sort_keys=False))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3, help="fresh nodes to measure (median)")
+    parser.add_argument("--monitoring", action="store_true", help="role monitoring on (its packages installed)")
     args = parser.parse_args()
     walls, sums, counts, noops = [], defaultdict(list), defaultdict(list), []
     for run in range(args.runs):
         with booted_nodes(1, "127.0.89") as (_, inventory):
+            if args.monitoring:
+                with_monitoring(inventory)
             walls.append(timed_apply(inventory))
             by_kind: dict[str, float] = defaultdict(float)
             for kind, seconds in TIMED:

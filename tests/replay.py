@@ -504,8 +504,7 @@ def run_cell(handle, node: str, plan: ReplayPlan, launch: Launch, timeout_s: flo
             ollama_mib = 0
             if launch.beside_ollama:
                 _wait_for_bystanders(ssh)
-                ollama_mib = _ollama_share(plan)
-                _start_ollama(ssh, ollama_mib)
+                ollama_mib = _start_sized_ollama(ssh, plan)
             session = SshSession(handle, node)
             since = ssh("date '+%Y-%m-%d %H:%M:%S'")[1].strip()
             rc, _, err = ssh(
@@ -645,6 +644,44 @@ def _ollama_share(plan: ReplayPlan, available_kib: int | None = None) -> int:
             f"trainer's {TRAINER_SHARE_MIB} MiB: something else on the machine took memory since the lines were "
             f"set (run the replays alone)")
     return share
+
+
+def settled_mem_available_kib(tolerance_kib: int = 8 * 1024, timeout_s: float = 10.0) -> int:
+    """The host's MemAvailable once it stops moving: two readings 0.25 s apart within ``tolerance_kib``.
+
+    Memory a previous cell's processes held comes back for a while after they were killed; a reading taken
+    meanwhile sizes a cell for a node that is about to have more room.
+    """
+    last = meminfo_kib("MemAvailable")
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        time.sleep(0.25)
+        now = meminfo_kib("MemAvailable")
+        if abs(now - last) <= tolerance_kib:
+            return now
+        last = now
+    return last
+
+
+def _start_sized_ollama(ssh, plan: ReplayPlan, attempts: int = 3) -> int:
+    """Start the ollama stand-in sized from the host now, and check the room it leaves the trainer.
+
+    The trainer will cross the line holding what is left between MemAvailable and the line once ollama holds
+    its share: that must stay well below ollama's share (the cell's point), and large enough that killing
+    the trainer lifts the node back over the line. Measured again after ollama took its memory; out of
+    range (the host moved meanwhile), ollama is stopped and sized again.
+    """
+    seen = []
+    for _ in range(attempts):
+        mib = _ollama_share(plan, settled_mem_available_kib())
+        _start_ollama(ssh, mib)
+        room_mib = (settled_mem_available_kib() - plan.term_line_kib) // 1024
+        if TRAINER_SHARE_MIB // 2 <= room_mib <= mib - 128:
+            return mib
+        seen.append(f"ollama {mib} MiB left the trainer {room_mib} MiB")
+        ssh(f"systemctl stop {OLLAMA_UNIT}; systemctl reset-failed {OLLAMA_UNIT} 2>/dev/null; rm -f {OLLAMA_REPORT}")
+    raise AssertionError("the host's memory kept moving while the ollama cell was sized (run the replays alone): "
+                         + "; ".join(seen))
 
 
 def _start_ollama(ssh, mib: int) -> None:

@@ -50,3 +50,28 @@ def test_ollama_is_sized_so_the_trainer_crosses_holding_its_share_and_ollama_hol
         assert TRAINER_SHARE_MIB <= room - share < TRAINER_SHARE_MIB + 64   # the trainer crosses holding its share
     with pytest.raises(AssertionError, match="too little for ollama to hold more"):
         _ollama_share(plan, line + 600 * 1024)
+
+
+def test_the_ollama_cell_sizes_again_when_the_host_moved_after_it_was_sized(monkeypatch):
+    """CI, 2026-12-07: memory still coming back from the previous cell after ollama was sized left the
+    trainer crossing with as much as ollama held (640 MiB each). The room is read again once ollama holds
+    its share; out of range, ollama is stopped and sized again."""
+    from tests import replay
+
+    plan = ReplayPlan(mem_total_kib=24 * 1024 * 1024, mem_available_kib=23 * 1024 * 1024)
+    line = plan.term_line_kib
+    readings = iter([line + 1280 * 1024, line + 640 * 1024 + 300 * 1024,    # sized 960; then 940 MiB of room
+                     line + 1280 * 1024, line + 320 * 1024])                 # sized 960; then 320: as meant
+    monkeypatch.setattr(replay, "settled_mem_available_kib", lambda: next(readings))
+    commands: list[str] = []
+
+    def ssh(command):
+        commands.append(command)
+        return 0, "", ""
+
+    assert replay._start_sized_ollama(ssh, plan) == 960
+    assert sum("--max-mib 960" in c for c in commands) == 2 and sum("systemctl stop ollama" in c for c in commands) == 1
+    stuck = iter([line + 1280 * 1024, line + 960 * 1024] * 3)
+    monkeypatch.setattr(replay, "settled_mem_available_kib", lambda: next(stuck))
+    with pytest.raises(AssertionError, match="kept moving"):
+        replay._start_sized_ollama(ssh, plan)

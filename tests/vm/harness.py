@@ -34,6 +34,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -86,6 +87,7 @@ QEMU = "qemu-system-x86_64"
 # (300 forks + 20 systemctl: 12-17 s either way); reboots vary far more (55-158 s), with soft lockups of
 # 20-27 s logged by the guest during the boot after a reboot.
 KERNEL_APPEND = "root=/dev/vda rw console=ttyS0 net.ifnames=0 panic=5"
+SOFT_LOCKUP = re.compile(r"soft lockup - CPU#\d+ stuck for (?P<seconds>\d+)s! \[[^\]]*\]")
 
 
 class VMError(SparkguardError):
@@ -387,6 +389,15 @@ class VM:
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
+
+    def kernel_hung(self, at_least_s: int = 60) -> str | None:
+        """The guest kernel's own word, on this boot's console, that it hung: its first soft lockup of at
+        least ``at_least_s`` seconds (shorter ones, 20-27 s, come and go on a slow TCG boot); None if none."""
+        text = self.console_log.read_text(errors="replace") if self.console_log.exists() else ""
+        for match in SOFT_LOCKUP.finditer(text):
+            if int(match["seconds"]) >= at_least_s:
+                return match[0].strip()
+        return None
 
     def __enter__(self) -> VM:
         return self

@@ -39,7 +39,8 @@ TARGET = "sparkguard-training.target"
 def node(tmp_path_factory):
     require_root_and_tools("VM tests (debootstrap, chroot, mke2fs -d, qemu)", vm.missing_tools())
     image = vm.ensure_image("bookworm", kernel="cloud", variant="incident", log=lambda *_: None)
-    with booted(image, tmp_path_factory.mktemp("vm-incident"), name="vm-incident", swap_mib=512) as booted_node:
+
+    def set_up(booted_node) -> None:
         incident.install(booted_node)
         booted_node.check("sysctl -q vm.nr_overcommit_hugepages=1024")
         # One apply (TCG is slow): the site's second apply is asserted clean by the sandbox and VM role tests.
@@ -47,6 +48,9 @@ def node(tmp_path_factory):
                                           incident.treatment_vars(), KEEP)
         applying.apply(directory)
         booted_node.inventory = directory
+
+    with booted(image, tmp_path_factory.mktemp("vm-incident"), setup=set_up, name="vm-incident",
+                swap_mib=512) as booted_node:
         yield booted_node
 
 
