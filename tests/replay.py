@@ -156,6 +156,7 @@ SHAPES = {
         Launch("memfd workers, no nvidia-smi", "{hog}", shape=HELPERS, no_nvidia_smi=True),
     )
 }
+ALL_LAUNCHES = {**LAUNCHES, **SHAPES}
 OLLAMA_UNIT = "ollama"                   # a transient ollama.service, comm ollama, in /system.slice
 OLLAMA_MAX_MIB = 1024                    # the most the ollama stand-in takes (its huge pages are budgeted for it)
 TRAINER_SHARE_MIB = 320                  # beside ollama: what the trainer holds when it crosses the line
@@ -661,6 +662,26 @@ def settled_mem_available_kib(tolerance_kib: int = 8 * 1024, timeout_s: float = 
             return now
         last = now
     return last
+
+
+def apply_with_lab_lines(apply_lines) -> ReplayPlan:
+    """Apply the site with lines from the host's MemAvailable, then once more with lines from after that apply.
+
+    The apply itself starts services on the node (the guard, the GPU ranking agent, the collectors), which
+    take host memory after the first reading: every cell would then start that much closer to its line.
+    ``apply_lines(plan)`` applies the site with ``plan``'s lines.
+    """
+    plan = ReplayPlan.from_host()
+    apply_lines(plan)
+    settled = ReplayPlan(plan.mem_total_kib, settled_mem_available_kib())
+    if (settled.term_percent, settled.kill_percent) != (plan.term_percent, plan.kill_percent):
+        apply_lines(settled)
+    return settled
+
+
+# The cell that needs the most room on the node runs first in each module, before the host drifts.
+def ollama_first(names: list[str]) -> list[str]:
+    return sorted(names, key=lambda name: not ALL_LAUNCHES[name].beside_ollama)
 
 
 def _start_sized_ollama(ssh, plan: ReplayPlan, attempts: int = 3) -> int:

@@ -22,9 +22,11 @@ from tests.replay import (
     NOHANG_MAX_LINE_PERCENT,
     SHAPES,
     ReplayPlan,
+    apply_with_lab_lines,
     assert_incident_outcome,
     host_ballast,
     meminfo_kib,
+    ollama_first,
     print_matrix,
     remove_tools,
     run_cell,
@@ -131,15 +133,17 @@ def nohang_lab(trixie_node, tmp_path_factory):
     # MemAvailable for a SIGTERM line at 45 % of MemTotal once the trainer has taken term_after.
     target = int(0.45 * total) + plan_at.bystander_mib * 1024 + plan_at.term_after_bytes // 1024
     with host_ballast(target, cap_mib=14 * 1024):
-        plan = ReplayPlan.from_host()
-        assert plan.kill_percent < plan.term_percent < NOHANG_MAX_LINE_PERCENT, plan
-        inventory = trixie_node.inventory_with(
-            tmp_path_factory.mktemp("nohang-replay-inv"),
-            extra_all_vars=f"    earlyoom: {{term_percent: {plan.term_percent}, kill_percent: {plan.kill_percent}, "
-                           f"report_interval_s: 1, gpu_ranking_interval_s: 0.5}}\n")
-        result = run_deploy(load_inventory(inventory), site_deploy)
-        assert result.ok and result.hosts[0].described["guard"].startswith("nohang"), json.dumps(result.as_dict(), indent=1, default=str)
-        yield plan
+
+        def apply_lines(plan: ReplayPlan) -> None:
+            assert plan.kill_percent < plan.term_percent < NOHANG_MAX_LINE_PERCENT, plan
+            inventory = trixie_node.inventory_with(
+                tmp_path_factory.mktemp("nohang-replay-inv"),
+                extra_all_vars=f"    earlyoom: {{term_percent: {plan.term_percent}, kill_percent: {plan.kill_percent}, "
+                               f"report_interval_s: 1, gpu_ranking_interval_s: 0.5}}\n")
+            result = run_deploy(load_inventory(inventory), site_deploy)
+            assert result.ok and result.hosts[0].described["guard"].startswith("nohang"), json.dumps(result.as_dict(), indent=1, default=str)
+
+        yield apply_with_lab_lines(apply_lines)
     remove_tools(trixie_node, NODE)
     assert run_deploy(load_inventory(trixie_node.inventory_dir), site_deploy).ok
 
@@ -147,7 +151,7 @@ def nohang_lab(trixie_node, tmp_path_factory):
 NOHANG_MATRIX: list = []
 
 
-@pytest.mark.parametrize("launch", ["sparkguard-train", "python3 in a --memory cgroup", *SHAPES])
+@pytest.mark.parametrize("launch", ollama_first(["sparkguard-train", "python3 in a --memory cgroup", *SHAPES]))
 def test_incident_replay_under_nohang_kills_the_trainer_first_and_spares_everything_else(
         trixie_node, nohang_lab, launch, record_property):
     spec = {**LAUNCHES, **SHAPES}[launch]
