@@ -240,7 +240,7 @@ def _holds_device(fd_dir: str, devices: set[str]) -> bool | None:
 class DeviceScan:
     """Who holds a compute device, without reading every descriptor of every process on every pass.
 
-    A full scan reads each process's descriptors: about 95 ms of CPU per pass for 1,000 processes holding
+    A full scan reads each process's descriptors: about 98 ms of CPU per pass for 1,000 processes holding
     36,000 descriptors (bench/gpu-ranking-scan), every interval, on every node. A process gets a device
     descriptor in one of two ways: it opens the device, which the agent's inotify watch (IN_OPEN) sees and
     which clears this cache, or it is forked from a holder, which makes it a new process: a /proc/PID
@@ -289,11 +289,6 @@ class DeviceScan:
                 clean.add(key)
         self.clean = clean
         return found
-
-
-def device_holders(proc_root: str, devices: set[str]) -> set[int]:
-    """PIDs holding a descriptor of one of the compute devices (CUDA/ROCm opened it; forked workers inherit it)."""
-    return DeviceScan(proc_root).holders(devices, watched=False)
 
 
 class Ranking:
