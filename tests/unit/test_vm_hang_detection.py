@@ -57,8 +57,8 @@ def test_booted_sets_up_once_more_on_a_fresh_copy_only_when_the_kernel_hung(tmp_
         def kernel_hung(self):
             return vm.VM.kernel_hung(self)
 
-        def kill(self):
-            pass
+        def restart_fresh(self):
+            self.start()
 
     def flaky_setup(node):
         node.setups += 1

@@ -67,9 +67,7 @@ def _ready(node, setup) -> None:
         shutil.copyfile(node.console_log, kept)
         report(f"{node.name}: the guest kernel hung while it was set up ({hung}; console kept in {kept}): "
                f"booted a fresh copy and set it up once more")
-        node.kill()
-        node.timings.pop("boot_to_ssh", None)
-        node.start()
+        node.restart_fresh()
         attempt()
 
 
