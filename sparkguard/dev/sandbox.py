@@ -11,6 +11,7 @@ Needs root on Linux, debootstrap, systemd-container and ssh-keygen.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -148,15 +149,22 @@ def ensure_rootfs(release: str, cache_dir: Path = DEFAULT_CACHE_DIR, log: Log = 
     if (target / "usr/sbin/sshd").exists():
         return target
     cache_dir.mkdir(parents=True, exist_ok=True)
-    partial = cache_dir / f"{target.name}.partial"
-    if partial.exists():
-        shutil.rmtree(partial)
-    log(f"sandbox: building the {release} {arch} rootfs with debootstrap (cached in {target}) ...")
-    _run(["debootstrap", f"--arch={arch}", "--variant=minbase", f"--include={INCLUDE}", release, str(partial), MIRROR])
-    for key in (partial / "etc/ssh").glob("ssh_host_*"):
-        key.unlink()
-    (partial / "etc/machine-id").write_text("")
-    partial.rename(target)
+    # Two sandboxes coming up at once (the test suite's workers, an operator's beside CI) build it once:
+    # the second waits for the first and then finds it built.
+    with open(cache_dir / f".{target.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (target / "usr/sbin/sshd").exists():
+            return target
+        partial = cache_dir / f"{target.name}.partial"
+        if partial.exists():
+            shutil.rmtree(partial)
+        log(f"sandbox: building the {release} {arch} rootfs with debootstrap (cached in {target}) ...")
+        _run(["debootstrap", f"--arch={arch}", "--variant=minbase", f"--include={INCLUDE}", release, str(partial),
+              MIRROR])
+        for key in (partial / "etc/ssh").glob("ssh_host_*"):
+            key.unlink()
+        (partial / "etc/machine-id").write_text("")
+        partial.rename(target)
     return target
 
 
