@@ -422,8 +422,12 @@ class VM:
             QEMU, "-accel", "tcg", "-smp", str(self.smp), "-m", str(self.memory_mib),
             "-name", self.name,
             "-kernel", str(self.image.kernel), "-initrd", str(self.image.initrd), "-append", append,
-            "-drive", f"file={self.root_disk},format=raw,if=virtio",
-            "-drive", f"file={self.swap_disk},format=raw,if=virtio",
+            # cache=unsafe: the disks are throw-away copies, so the guest's flushes need not reach the host's
+            # disk. A guest crash or reboot loses nothing (qemu, and the host's page cache, stay up); only a
+            # host crash would, and then the VM is gone anyway. Measured here: boot to SSH 18.3-18.8 s -> 14.5 s,
+            # apt-get install earlyoom 26.5-29.0 s -> 24.0-25.9 s (2026-12-07).
+            "-drive", f"file={self.root_disk},format=raw,if=virtio,cache=unsafe",
+            "-drive", f"file={self.swap_disk},format=raw,if=virtio,cache=unsafe",
             "-netdev", f"user,id=n0,hostfwd=tcp:127.0.0.1:{self.port}-:22",
             "-device", "virtio-net-pci,netdev=n0",
             "-nographic", "-serial", f"file:{self.console_log}", "-monitor", "none",
