@@ -3,7 +3,7 @@
 #
 #   ./dev.sh quickstart   install everything, boot a local sandbox node, apply the site, audit it (the report)
 #   ./dev.sh test         install everything, run the full test suite (what .ci/run runs): unit tier first,
-#                         then sandbox nodes beside qemu VMs, then the memory replays alone; a failed unit
+#                         then sandbox nodes and qemu VMs on every core, then the memory replays alone; a failed unit
 #                         test stops it there (--all-tiers: go on)
 #   ./dev.sh test --fast  ruff, mypy and the unit tier only (tests/unit and the doctests): no node boots
 #   ./dev.sh test -m sandbox / -m vm / -k ROLE   one tier, or the tests whose names mention a role
@@ -112,32 +112,31 @@ pytest_run() {
   return "$rc"
 }
 
-# The node tiers in two phases. First the VM tier and the sandbox tier side by side, each one test at a
-# time, the replays left out: a VM and the sandbox nodes share only the host's CPUs, and none of these tests
-# sizes anything from the host's memory. A VM module with a VM of its own (pyproject's "sandbox_lane"
-# marker) runs in the sandbox lane, after the sandbox modules, so that both lanes end about together: the VM
-# lane is the longer one. Then the replays (pyproject's "replay" marker) alone: their lines come from the
-# host's MemAvailable, which a VM booting or stopping beside them would move.
+# The node tiers in two phases. First every sandbox and VM test but the replays, on pytest-xdist workers
+# (at least two), a group at a time: tests/node_groups.py keeps the tests that share a booted node in one
+# worker, hands out the heaviest group first, and a free worker takes the next, so neither core idles while
+# the other has a queue. VMs and sandbox nodes share only the host's CPUs here; none of these tests sizes
+# anything from the host's memory. Meanwhile the images only the replays use are built (tests/prepare_images.py),
+# so that the replays never wait for one. Then the replays (pyproject's "replay" marker) alone: their lines
+# come from the host's MemAvailable, which a VM booting or stopping beside them would move.
 node_tiers() {
-  local vm_log; vm_log=$(mktemp /tmp/sparkguard-vm-tier.XXXXXX.log)
-  log "VM tier, replays left out, beside the sandbox tier (its log: $vm_log, shown here when both end)"
-  pytest_run -p no:cacheprovider -m "vm and not sandbox_lane and not replay" --durations=15 --durations-min=20 "$@" >"$vm_log" 2>&1 &
-  local vm_pid=$!
-  # A background job ignores Ctrl-C: stop it with the run (qemu dies with its pytest).
-  trap 'kill -TERM "$vm_pid" 2>/dev/null' INT TERM
-  log "sandbox tier, replays left out, then the VM modules marked sandbox_lane"
-  pytest_run -m "(sandbox or sandbox_lane) and not replay" --durations=15 --durations-min=20 "$@"
-  local sandbox=$?
-  wait "$vm_pid"
-  local vm=$?
+  local workers; workers=$(nproc); [ "$workers" -ge 2 ] || workers=2
+  local images_log; images_log=$(mktemp /tmp/sparkguard-images.XXXXXX.log)
+  "$VENV/bin/python" -m tests.prepare_images >"$images_log" 2>&1 &
+  local images_pid=$!
+  # A background job ignores Ctrl-C: stop it with the run.
+  trap 'kill -TERM "$images_pid" 2>/dev/null' INT TERM
+  log "sandbox and VM tiers, replays left out, on $workers workers (one group of tests sharing a node at a time)"
+  pytest_run -p no:cacheprovider -n "$workers" --dist loadgroup --no-loadscope-reorder -m "(sandbox or vm) and not replay" --durations=20 --durations-min=20 "$@"
+  local nodes=$?
+  wait "$images_pid" || log "building the replays' images beside the first phase failed: the replays build them"
   trap - INT TERM
-  log "VM tier (it ran beside the sandbox tier):"
-  cat "$vm_log"
-  rm -f "$vm_log"
+  cat "$images_log" >&2
+  rm -f "$images_log"
   log "memory replays, sandbox and VM, alone on the machine"
   pytest_run -m replay --durations=15 --durations-min=20 "$@"
   local replays=$?
-  for phase in "sandbox:$sandbox" "VM:$vm" "replays:$replays"; do
+  for phase in "sandbox and VM:$nodes" "replays:$replays"; do
     [ "${phase#*:}" = 0 ] || { echo "dev.sh: the ${phase%%:*} phase failed (exit ${phase#*:})" >&2; return 1; }
   done
 }

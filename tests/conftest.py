@@ -101,10 +101,20 @@ def pytest_addoption(parser) -> None:
 
 
 def pytest_collection_modifyitems(config, items) -> None:
-    """Mark each test with its tier and run the tiers in order (a stable sort: modules keep their order)."""
+    """Mark each test with its tier and run the tiers in order (a stable sort: modules keep their order).
+
+    Under ``--dist loadgroup`` (dev.sh's first phase) the node tests are also grouped by the nodes they share
+    and put heaviest group first (tests/node_groups.py)."""
     for item in items:
         item.add_marker(tier_of(item.nodeid))
     items.sort(key=lambda item: TIERS.index(tier_of(item.nodeid)))
+    if config.getoption("dist", default="no") == "loadgroup":
+        # The full run's first phase (dev.sh): node tests over xdist workers, a group of them at a time.
+        from tests.node_groups import schedule
+
+        nodes = [item for item in items if tier_of(item.nodeid) != "unit"]
+        schedule(nodes)
+        items[len(items) - len(nodes):] = nodes
 
 
 _UNIT_FAILURES: list[str] = []

@@ -78,16 +78,18 @@ def _collected(marker_expression: str) -> set[str]:
 
 
 def test_the_full_runs_phases_take_every_node_test_exactly_once():
-    """dev.sh's node_tiers: the VM lane, the sandbox lane (with the VM modules marked sandbox_lane) and the
-    replays alone. A test no phase selects would never run in CI; one two phases select would run twice, and
-    a replay in a lane would size memory while a VM boots beside it."""
+    """dev.sh's node_tiers: every sandbox and VM test but the replays on xdist workers, then the replays alone.
+    A test no phase selects would never run in CI; one both phases select would run twice, and a replay in the
+    first phase would size memory while a VM boots beside it."""
     script = (REPO / "dev.sh").read_text()
     body = script[script.index("node_tiers() {"):script.index("run_tests() {")]
-    phases = [e.strip('"') for e in re.findall(r'pytest_run (?:-p no:cacheprovider )?-m ("[^"]+"|\S+)', body)]
-    assert len(phases) == 3, phases
+    phases = [e.strip('"') for e in re.findall(r'pytest_run [^\n]*?-m ("[^"]+"|\S+)', body)]
+    assert len(phases) == 2, phases
     picked = [_collected(expression) for expression in phases]
     every = _collected("sandbox or vm")
     assert every and set().union(*picked) == every
     assert sum(len(p) for p in picked) == len(every), "a node test is in two phases"
     replays = _collected("replay")
-    assert picked[2] == replays, "the last phase is the replays, alone"
+    assert picked[1] == replays, "the last phase is the replays, alone"
+    first = next(line for line in body.splitlines() if line.strip().startswith("pytest_run"))
+    assert "--dist loadgroup" in first, "the first phase hands out groups of tests that share a node (tests/node_groups.py)"

@@ -13,9 +13,8 @@ from sparkguard.roles.recovery.state import BOOT_TEXTFILE
 from tests.vm import applying
 from tests.vm.watchdog import stall_and_wait_for_reboot, watchdog_state
 
-# Its own VM (module fixture): the full run takes it in the sandbox lane, after the sandbox modules, to even
-# the two lanes of dev.sh's first phase (pyproject's "sandbox_lane" marker).
-pytestmark = [pytest.mark.vm, pytest.mark.sandbox_lane]
+# Its own VM (module fixture): a group of its own in dev.sh's first phase (tests/node_groups.py).
+pytestmark = pytest.mark.vm
 
 
 def test_hardware_watchdog_is_used_and_resets_a_stalled_node(hardware_watchdog_node, tmp_path):
