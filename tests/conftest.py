@@ -55,22 +55,27 @@ def require_root_and_tools(what: str, missing_tools: list[str]) -> None:
 
 
 def pytest_configure(config) -> None:
-    """The main process makes the directory xdist workers leave their figures in (tests/reporting.py)."""
+    """The main process makes the directory xdist workers leave their figures in (tests/reporting.py), and
+    the test groups of the full run's first phase (tests/node_groups.py)."""
     import tempfile
 
+    from tests.node_groups import GROUPS_FILE
     from tests.reporting import FIGURES_DIR
 
     if not hasattr(config, "workerinput"):
         os.environ[FIGURES_DIR] = tempfile.mkdtemp(prefix="sparkguard-figures-")
+        os.environ[GROUPS_FILE] = str(Path(tempfile.mkdtemp(prefix="sparkguard-node-groups-")) / "groups.json")
 
 
 def pytest_unconfigure(config) -> None:
     import shutil
 
+    from tests.node_groups import GROUPS_FILE
     from tests.reporting import FIGURES_DIR
 
     if not hasattr(config, "workerinput") and os.environ.get(FIGURES_DIR):
         shutil.rmtree(os.environ.pop(FIGURES_DIR), ignore_errors=True)
+        shutil.rmtree(Path(os.environ.pop(GROUPS_FILE)).parent, ignore_errors=True)
 
 
 def pytest_terminal_summary(terminalreporter) -> None:
@@ -100,6 +105,7 @@ def pytest_addoption(parser) -> None:
                      help="run the sandbox and VM tiers even when a unit test failed (by default they are not)")
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist names each test by its group (its own hook)
 def pytest_collection_modifyitems(config, items) -> None:
     """Mark each test with its tier and run the tiers in order (a stable sort: modules keep their order).
 
@@ -108,13 +114,21 @@ def pytest_collection_modifyitems(config, items) -> None:
     for item in items:
         item.add_marker(tier_of(item.nodeid))
     items.sort(key=lambda item: TIERS.index(tier_of(item.nodeid)))
-    if config.getoption("dist", default="no") == "loadgroup":
-        # The full run's first phase (dev.sh): node tests over xdist workers, a group of them at a time.
-        from tests.node_groups import schedule
+    from tests.node_groups import schedule, wanted
 
+    if wanted(config):
+        # The full run's first phase (dev.sh): node tests over xdist workers, a group of them at a time.
         nodes = [item for item in items if tier_of(item.nodeid) != "unit"]
         schedule(nodes)
         items[len(items) - len(nodes):] = nodes
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """Under ``--dist loadgroup``, hand out whole groups of node tests (tests/node_groups.py says why ours)."""
+    from tests.node_groups import NodeGroupScheduling
+
+    return NodeGroupScheduling(config, log) if config.getoption("dist") == "loadgroup" else None
 
 
 _UNIT_FAILURES: list[str] = []

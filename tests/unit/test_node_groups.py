@@ -3,12 +3,14 @@ booted node with another runs in the same worker, or a second worker would boot 
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+import textwrap
 from types import SimpleNamespace
 
 from tests.conftest import REPO
-from tests.node_groups import MINUTES, groups, schedule
+from tests.node_groups import GROUPS_FILE, MINUTES, groups, schedule
 
 
 def fake_item(nodeid: str, *session_fixtures: str, module_fixtures: tuple[str, ...] = ()):
@@ -38,7 +40,8 @@ def test_modules_linked_through_a_shared_node_are_one_group_and_the_rest_one_eac
     }
 
 
-def test_groups_go_heaviest_first_and_keep_their_tests_in_order():
+def test_groups_go_heaviest_first_and_keep_their_tests_in_order(tmp_path, monkeypatch):
+    monkeypatch.setenv(GROUPS_FILE, str(tmp_path / "groups.json"))
     items = [
         fake_item("tests/sandbox/test_light.py::t1"),
         fake_item("tests/sandbox/test_ansible_export.py::t1"),
@@ -54,17 +57,20 @@ def test_groups_go_heaviest_first_and_keep_their_tests_in_order():
         "tests/sandbox/test_light.py::t1", "tests/sandbox/test_light.py::t2",   # unmeasured: as collected
         "tests/sandbox/test_other.py::t1",
     ]
-    assert [m.args[0] for m in items[0].markers] == ["vm_image+vm_node"]
-    assert items[0].markers[0].name == "xdist_group"
+    # What the main process hands out by: each test's group, as the workers wrote it.
+    written = json.loads((tmp_path / "groups.json").read_text())
+    assert written["tests/vm/test_a.py::t2"] == "vm_image+vm_node"
+    assert written["tests/sandbox/test_light.py::t2"] == "tests/sandbox/test_light.py"
 
 
 PRINT_GROUPS = """
-import sys, pytest
+import json, os, sys, pytest
+from tests.node_groups import GROUPS_FILE
 class Groups:
     def pytest_collection_finish(self, session):
+        written = json.load(open(os.environ[GROUPS_FILE]))
         for item in session.items:
-            marker = item.get_closest_marker("xdist_group")
-            print("GROUP", item.nodeid, marker.args[0] if marker else "-")
+            print("GROUP", item.nodeid, written.get(item.nodeid, "-"))
 sys.exit(pytest.main(sys.argv[1:], plugins=[Groups()]))
 """
 
@@ -89,3 +95,44 @@ def test_the_suites_node_tests_are_grouped_by_the_nodes_they_share():
     assert len(order) == len(set(order)), order
     weights = [MINUTES.get(group, 1.0) for group in order]
     assert weights == sorted(weights, reverse=True) and order[0] == "vm_image+vm_node", order
+
+
+def test_under_xdist_a_shared_node_is_booted_once_and_a_modules_node_once(tmp_path):
+    """End to end, in a throw-away project whose conftest is the suite's own: two workers, a session-scoped
+    "node" two modules share, and two modules with a module-scoped node each. Every node is set up exactly
+    once, and the tests that share one run in the worker that set it up."""
+    (tmp_path / "tests" / "sandbox").mkdir(parents=True)
+    (tmp_path / "conftest.py").write_text(
+        f"import sys\nsys.path.insert(0, {str(REPO)!r})\nfrom tests.conftest import *  # noqa: F401,F403\n")
+    log = tmp_path / "log"
+    (tmp_path / "tests" / "sandbox" / "conftest.py").write_text(textwrap.dedent(f"""
+        import os, pytest
+        def note(what):
+            with open({str(log)!r}, "a") as f:
+                f.write(f"{{what}} {{os.environ.get('PYTEST_XDIST_WORKER', '-')}}\\n")
+        @pytest.fixture(scope="session")
+        def shared_node():
+            note("boot shared")
+            yield
+        @pytest.fixture(scope="module")
+        def own_node(request):
+            note("boot " + request.module.__name__)
+            yield
+    """))
+    for module, fixture in (("test_a", "shared_node"), ("test_b", "shared_node"), ("test_c", "own_node"),
+                            ("test_d", "own_node")):
+        (tmp_path / "tests" / "sandbox" / f"{module}.py").write_text("".join(
+            f"from conftest import note\ndef test_{i}({fixture}):\n    note('ran {module} with {fixture}')\n"
+            if i == 0 else f"def test_{i}({fixture}):\n    note('ran {module} with {fixture}')\n" for i in range(3)))
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2",
+                             "--dist", "loadgroup", "--no-loadscope-reorder", "tests/sandbox"],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = [line.rsplit(" ", 1) for line in log.read_text().splitlines()]
+    boots = [what for what, _ in lines if what.startswith("boot")]
+    assert sorted(boots) == ["boot shared", "boot test_c", "boot test_d"], lines
+    shared_worker = next(worker for what, worker in lines if what == "boot shared")
+    assert {worker for what, worker in lines if "with shared_node" in what} == {shared_worker}, lines
+    for module in ("test_c", "test_d"):
+        assert len({worker for what, worker in lines if f"ran {module}" in what}) == 1, lines
+    assert len([what for what, _ in lines if what.startswith("ran")]) == 12
