@@ -105,7 +105,6 @@ def pytest_addoption(parser) -> None:
                      help="run the sandbox and VM tiers even when a unit test failed (by default they are not)")
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist names each test by its group (its own hook)
 def pytest_collection_modifyitems(config, items) -> None:
     """Mark each test with its tier and run the tiers in order (a stable sort: modules keep their order).
 

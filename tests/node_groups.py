@@ -49,8 +49,8 @@ NODE_FIXTURE_DIRS = ("tests/sandbox", "tests/vm")
 
 def wanted(config: pytest.Config) -> bool:
     """True under ``--dist loadgroup``: in the main process (which hands out the groups) and in each worker
-    (which collects, marks and runs them; pytest-xdist sets a worker's ``dist`` to "no" and says
-    ``loadgroup`` instead)."""
+    (which collects and groups them; pytest-xdist sets a worker's ``dist`` to "no" and says ``loadgroup``
+    instead)."""
     return config.getoption("dist", default="no") == "loadgroup" or bool(getattr(config.option, "loadgroup", False))
 
 
