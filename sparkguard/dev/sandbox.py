@@ -58,7 +58,7 @@ class Node:
     pid: int | None = None
 
     def alive(self) -> bool:
-        return self.pid is not None and _pid_alive(self.pid)
+        return self.pid is not None and pid_alive(self.pid)
 
 
 def key_path(state_dir: Path) -> Path:
@@ -103,7 +103,7 @@ class Sandbox:
                    [Node(**n) for n in record["nodes"]], record.get("arch") or host_arch())
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -408,13 +408,47 @@ def _stop(node: Node, timeout: float = 20) -> None:
     while time.time() < deadline and node.alive():
         time.sleep(0.2)
     if node.alive():
+        # The node's own init is nspawn's child, in a session of its own: a SIGKILL to nspawn's group alone
+        # leaves it running, orphaned, with everything under it (seen on arm64 nodes, whose emulated poweroff
+        # outlasts the timeout: their systemd and journald stayed after every `down`). Kill what is inside
+        # first; a SIGKILL to a PID namespace's init ends everything in it.
+        inside = node_processes(pid)
+        for process in inside:
+            _kill(process)
         try:
             os.killpg(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
         while node.alive():
             time.sleep(0.1)
+        deadline = time.time() + timeout
+        while time.time() < deadline and any(pid_alive(process) for process in inside):
+            time.sleep(0.1)
     _reap(pid)
+
+
+def node_processes(nspawn_pid: int) -> list[int]:
+    """Every host PID inside a node: the descendants of its systemd-nspawn (not nspawn itself)."""
+    parents = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                pass
+    inside: set[int] = set()
+    frontier = {nspawn_pid}
+    while frontier:
+        frontier = {pid for pid, parent in parents.items() if parent in frontier} - inside
+        inside |= frontier
+    return sorted(inside)
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def _reap(pid: int) -> None:

@@ -22,10 +22,10 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from pathlib import Path
 
 import pytest
 
+from sparkguard.dev import sandbox
 from sparkguard.engine.converge import site_deploy
 from sparkguard.inventory.loader import load_inventory
 from sparkguard.run.runner import run_deploy
@@ -97,27 +97,11 @@ def wait(what: str, predicate, timeout: float = 90):
     raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
 
 
-def node_processes(nspawn_pid: int) -> list[int]:
-    """Every host PID inside the node (descendants of its systemd-nspawn, not nspawn itself)."""
-    parents = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                pass
-    inside, frontier = set(), {nspawn_pid}
-    while frontier:
-        frontier = {pid for pid, parent in parents.items() if parent in frontier} - inside
-        inside |= frontier
-    return sorted(inside)
-
-
 def test_a_hung_node_is_paged_by_its_peer_and_watchdog_always_fires(peers):
     node1 = f"{NET}.1"
     assert wait("both exporters up on node-1's Prometheus", lambda: up(node1) == {e: "1" for e in EXPORTERS})
     assert wait("Watchdog firing", lambda: [a for a in alerts(node1) if a["alertname"] == "Watchdog"])
-    frozen = node_processes(peers.node("node-2").pid)
+    frozen = sandbox.node_processes(peers.node("node-2").pid)
     assert len(frozen) > 5, frozen
     try:
         for pid in frozen:
