@@ -5,8 +5,8 @@ whole group, and the next free worker the next group, so no lane idles while the
 queue (two fixed lanes ended 7 minutes apart on a machine that built its images first: 2026-12-07).
 
 pytest-xdist's own loadgroup cannot do it here: it names a test's group by rewriting ``item._nodeid``, which
-pytest 9 no longer reads (a node's ID is ``item._id``), so every test became a group of its own and two
-workers booted the same session VM (seen 2026-12-07). So the scheduling is ours (NodeGroupScheduling, through
+pytest 9 no longer reads (a node's ID is ``item._id``), so every test became a group of its own: the arm64
+module's tests ran on both workers, each booting its own node, and failed (seen 2026-12-07). So the scheduling is ours (NodeGroupScheduling, through
 xdist's ``pytest_xdist_make_scheduler`` hook): the workers, which collect, write each test's group to a file
 the main process named (GROUPS_FILE), and the main process hands out whole groups from it.
 
