@@ -145,7 +145,7 @@ def main() -> int:
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))   # unwind: every VM is stopped
-    image = vm_harness.ensure_image("bookworm", kernel="cloud", variant="incident")
+    image = incident.ensure_image(log=print)
     args.out.mkdir(parents=True, exist_ok=True)
     summaries = []
     with tempfile.TemporaryDirectory(prefix="sg-incident-") as tmp:

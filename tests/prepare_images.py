@@ -14,12 +14,12 @@ import sys
 import time
 
 from sparkguard.dev import sandbox
-from tests.vm import harness as vm
+from tests.vm import incident
 
 # (what, how): what the replays boot that nothing before them does.
 REPLAY_ONLY = (
     ("the incident VM image (tests/vm/test_incident_vm.py)",
-     lambda log: vm.ensure_image("bookworm", kernel="cloud", variant="incident", log=log)),
+     lambda log: incident.ensure_image(log=log)),
     ("the trixie sandbox rootfs (tests/sandbox/test_earlyoom_trixie.py)",
      lambda log: sandbox.ensure_rootfs("trixie", log=log)),
 )

@@ -87,6 +87,15 @@ with open("{SAMPLES}", "a") as out, open("/dev/ttyS0", "w") as console:
 """
 
 
+def ensure_image(log=lambda *_: None):
+    """The incident VM's image (bookworm, cloud kernel, the "incident" variant: docker, the monitoring
+    packages, the trainer rootfs), built once per cache: the test module, bench/incident and
+    tests/prepare_images.py boot the same one."""
+    from tests.vm import harness
+
+    return harness.ensure_image("bookworm", kernel="cloud", variant="incident", log=log)
+
+
 def install(vm) -> None:
     """Tools, stand-ins and the trainer image on the node (both arms)."""
     for tool in ("sparkguard-uma-hog", "sparkguard-anon-hog"):

@@ -38,7 +38,7 @@ TARGET = "sparkguard-training.target"
 @pytest.fixture(scope="module")
 def node(tmp_path_factory):
     require_root_and_tools("VM tests (debootstrap, chroot, mke2fs -d, qemu)", vm.missing_tools())
-    image = vm.ensure_image("bookworm", kernel="cloud", variant="incident", log=lambda *_: None)
+    image = incident.ensure_image()
 
     def set_up(booted_node) -> None:
         incident.install(booted_node)
