@@ -188,6 +188,7 @@ class ReplayResult:
     job_pids: list[int] = field(default_factory=list)
     job_gone_s: float | None = None          # first signal -> every process of the job gone
     release_s: float | None = None           # first signal -> the job's huge pages back (host's HugePages_Surp)
+    host_memory: str = ""                    # HostSampler.explain: the host's MemAvailable over the cell
     ollama_alive: bool = True
     ollama_mib: int = 0                      # what the ollama stand-in held (0: no ollama in this cell)
     notes: list[str] = field(default_factory=list)
@@ -416,20 +417,34 @@ class SshSession:
         return self.result is not None and self.result[0] == 0 and self.result[1].strip() == "survived"
 
 
+def meminfo_kib_of(keys: tuple[str, ...]) -> tuple[int, ...]:
+    """Several /proc/meminfo fields from one read (one moment)."""
+    values = {}
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        name, _, rest = line.partition(":")
+        values[name] = rest.split()[0] if rest.split() else "0"
+    return tuple(int(values[key]) for key in keys)
+
+
 class HostSampler:
-    """The host's HugePages_Surp every 50 ms: when the job's huge pages (its "driver memory") went back."""
+    """The host's HugePages_Surp and MemAvailable every 50 ms.
+
+    HugePages_Surp says when the job's huge pages (its "driver memory") went back. MemAvailable says what a
+    failed cell needs explained: whether the node fell back under the line because the job's memory did not
+    come back, or because something else took memory meanwhile (HostSampler.explain).
+    """
 
     def __init__(self) -> None:
         import threading
 
-        self.samples: list[tuple[float, int]] = []
+        self.samples: list[tuple[float, int, int]] = []
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
 
     def _run(self) -> None:
         while not self.stop.wait(0.05):
-            self.samples.append((time.time(), meminfo_kib("HugePages_Surp")))
+            self.samples.append((time.time(), *meminfo_kib_of(("HugePages_Surp", "MemAvailable"))))
 
     def close(self) -> None:
         self.stop.set()
@@ -437,7 +452,21 @@ class HostSampler:
 
     def back_to(self, baseline: int, since: float) -> float | None:
         """Seconds from ``since`` until the surplus was back at ``baseline`` pages."""
-        return next((t - since for t, surp in self.samples if t >= since and surp <= baseline), None)
+        return next((t - since for t, surp, _ in self.samples if t >= since and surp <= baseline), None)
+
+    def explain(self, since: float | None, page_kib: int = 2048) -> str:
+        """The host's MemAvailable over the cell, and how much of its fall the job's huge pages do not explain."""
+        if not self.samples:
+            return "host: no samples"
+        (_, surp0, avail0), (_, surp1, avail1) = self.samples[0], self.samples[-1]
+        at_signal = next(((surp, avail) for t, surp, avail in self.samples if since and t >= since), None)
+        lowest = min(avail for _, _, avail in self.samples)
+        unexplained = (avail0 - avail1) - (surp1 - surp0) * page_kib
+        mib = lambda kib: f"{kib // 1024} MiB"  # noqa: E731
+        return (f"host MemAvailable: {mib(avail0)} when the trainer started, "
+                f"{mib(at_signal[1]) if at_signal else '-'} at the first signal, lowest {mib(lowest)}, "
+                f"{mib(avail1)} at the end; fallen by {mib(unexplained)} more than the job's huge pages still "
+                f"held explain (taken by something else during the cell)")
 
 
 def _hog_command(launch: Launch, plan: ReplayPlan) -> str:
@@ -611,6 +640,7 @@ def run_cell(handle, node: str, plan: ReplayPlan, launch: Launch, timeout_s: flo
                 job_pids=job_pids,
                 job_gone_s=gone_at - signal_at if gone_at and signal_at else None,
                 release_s=sampler.back_to(baseline, signal_at) if signal_at else None,
+                host_memory=sampler.explain(signal_at),
             )
         finally:
             if sampler is not None:
@@ -779,8 +809,9 @@ def print_matrix(title: str, results: list) -> None:
 
 def assert_incident_outcome(result: ReplayResult, launch: Launch) -> None:
     """What every replay cell must show, whichever guard runs (earlyoom 1.7 or nohang)."""
+    # The guard's whole log of the cell: when it acted twice, the first action is the one that explains it.
     detail = (f"{result.hog_exit}\nadj {result.hog_adj}\njob {result.job_pids}\n{result.hog_events[-6:]}\n"
-              f"{result.earlyoom_log[-3000:]}")
+              f"{result.host_memory}\n{result.earlyoom_log[-12000:]}")
     assert result.got_sigterm, detail
     assert result.trainer_killed_first, detail                    # the guard's first signal went to the job
     # SIGTERM sufficed: no SIGKILL needed (torchrun's agent exits 1 when its rank was the one signalled).

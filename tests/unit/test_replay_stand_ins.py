@@ -75,3 +75,24 @@ def test_the_ollama_cell_sizes_again_when_the_host_moved_after_it_was_sized(monk
     monkeypatch.setattr(replay, "settled_mem_available_kib", lambda: next(stuck))
     with pytest.raises(AssertionError, match="kept moving"):
         replay._start_sized_ollama(ssh, plan)
+
+
+def test_a_failed_cell_says_how_much_host_memory_the_job_does_not_explain():
+    """The host lost 600 MiB during the cell while the job's huge pages all came back: explain() says 600."""
+    from tests.replay import HostSampler
+
+    sampler = HostSampler.__new__(HostSampler)   # no thread: samples given
+    sampler.samples = [(10.0, 0, 11_440 * 1024), (10.5, 192, 11_056 * 1024), (11.0, 0, 10_840 * 1024)]
+    text = sampler.explain(since=10.5)
+    assert "11440 MiB when the trainer started" in text and "11056 MiB at the first signal" in text
+    assert "lowest 10840 MiB" in text and "fallen by 600 MiB more" in text
+    # Still holding its pages at the end: those are the job's, not unexplained.
+    sampler.samples[-1] = (11.0, 192, 11_056 * 1024 - 600 * 1024)
+    assert "fallen by 600 MiB more" in sampler.explain(since=10.5)
+
+
+def test_meminfo_fields_come_from_one_read():
+    from tests.replay import meminfo_kib, meminfo_kib_of
+
+    total, surplus = meminfo_kib_of(("MemTotal", "HugePages_Surp"))
+    assert total == meminfo_kib("MemTotal") and surplus >= 0
