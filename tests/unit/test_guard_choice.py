@@ -244,6 +244,103 @@ def test_action_with_kill_process_group_terms_the_whole_group(tmp_path):
     assert [e["signal"] for e in _events(spool, wait_for=1)] == ["SIGTERM"]
 
 
+# A victim whose memory comes back only after it is signalled: on SIGTERM it takes 0.6 s to go (a GPU driver
+# releasing a job's memory; nohang, seeing RSS 0 and not running, takes it for dead meanwhile).
+SLOW_TO_GO = ("import signal, sys, time; signal.signal(signal.SIGTERM, lambda *_: (time.sleep(0.6), sys.exit(0))); "
+              "time.sleep(60)")
+
+
+def _term(script: list[str], pid: int) -> subprocess.CompletedProcess:
+    return subprocess.run([*script, "term", str(pid)], capture_output=True, text=True, timeout=30)
+
+
+def _started(*argv: str) -> subprocess.Popen:
+    proc = subprocess.Popen(list(argv))
+    time.sleep(0.2)
+    return proc
+
+
+def test_no_second_victim_while_the_first_ones_memory_is_still_coming_back(action):
+    script, spool = action
+    trainer = _started("python3", "-c", SLOW_TO_GO)
+    serving, notebook = _started("sleep", "60"), _started("sleep", "60")
+    try:
+        signalled_at = time.monotonic()
+        assert _term(script, trainer.pid).returncode == 0
+        # nohang asks for the next victim at once: that action waits while the trainer is still there; one
+        # asking meanwhile signals nobody and returns at once.
+        waiting = subprocess.Popen([*script, "term", str(serving.pid)], stderr=subprocess.PIPE, text=True)
+        time.sleep(0.2)
+        started = time.monotonic()
+        meanwhile = _term(script, notebook.pid)
+        assert meanwhile.returncode == 0 and time.monotonic() - started < 0.5, meanwhile.stderr
+        assert "not signalled" in meanwhile.stderr and notebook.poll() is None
+        _, err = waiting.communicate(timeout=10)
+        assert waiting.returncode == 0 and "not signalled" in err and f"pid {trainer.pid}," in err, err
+        assert trainer.wait(timeout=5) == 0 and time.monotonic() - signalled_at >= 0.6
+        assert serving.poll() is None and notebook.poll() is None
+        assert [e["pid"] for e in _events(spool, wait_for=1)] == [str(trainer.pid)]
+        # Memory still low a second after the trainer's signal: nohang asks again and the next one goes.
+        time.sleep(max(0.0, 1.1 - (time.monotonic() - signalled_at)))
+        assert _term(script, serving.pid).returncode == 0
+        assert serving.wait(timeout=5) == -signal.SIGTERM
+    finally:
+        for proc in (trainer, serving, notebook):
+            proc.kill()
+            proc.wait()
+
+
+def test_the_next_victim_waits_a_second_after_one_that_went_at_once(action):
+    """The race the nohang replay lost: the trainer went within 22 ms, its memory was not back yet, and nohang
+    signalled the vLLM stand-in. Within a second of a signal, nobody else is signalled."""
+    script, spool = action
+    trainer, serving = _started("sleep", "60"), _started("sleep", "60")
+    try:
+        signalled_at = time.monotonic()
+        assert _term(script, trainer.pid).returncode == 0 and trainer.wait(timeout=5) == -signal.SIGTERM
+        refused = _term(script, serving.pid)
+        assert time.monotonic() - signalled_at < 1.0, "too slow to show the second's rule"
+        assert f"memory of pid {trainer.pid}, signalled" in refused.stderr and serving.poll() is None
+        time.sleep(max(0.0, 1.1 - (time.monotonic() - signalled_at)))
+        assert _term(script, serving.pid).returncode == 0 and serving.wait(timeout=5) == -signal.SIGTERM
+        assert sorted(e["pid"] for e in _events(spool, wait_for=2)) == sorted([str(trainer.pid), str(serving.pid)])
+    finally:
+        for proc in (trainer, serving):
+            proc.kill()
+            proc.wait()
+
+def test_a_victim_that_outlives_the_wait_does_not_hold_the_next_one_back(action):
+    script, _ = action
+    stuck = _started("python3", "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                                      "time.sleep(60)")
+    serving = _started("sleep", "60")
+    try:
+        assert _term(script, stuck.pid).returncode == 0
+        started = time.monotonic()
+        assert _term(script, serving.pid).returncode == 0
+        assert 4.5 <= time.monotonic() - started < 10
+        assert serving.wait(timeout=5) == -signal.SIGTERM and stuck.poll() is None
+    finally:
+        for proc in (stuck, serving):
+            proc.kill()
+            proc.wait()
+
+
+def test_the_rest_of_the_same_job_is_signalled_at_once(tmp_path):
+    trainer = _started("python3", "-c", SLOW_TO_GO)
+    worker = _started("sleep", "60")
+    script, _ = _action_script(tmp_path, group=False, jobs=f"{trainer.pid} 1 lora sg-train python3\n"
+                                                         f"{worker.pid} 2 lora sg-train pt_data_worker\n")
+    try:
+        assert _term(script, trainer.pid).returncode == 0
+        started = time.monotonic()
+        assert _term(script, worker.pid).returncode == 0 and time.monotonic() - started < 0.5
+        assert worker.wait(timeout=5) == -signal.SIGTERM
+    finally:
+        for proc in (trainer, worker):
+            proc.kill()
+            proc.wait()
+
 def test_collector_counts_only_the_guards_events_and_never_blocks(tmp_path):
     """A local user can create files in the 1733 spool: a FIFO, a link or a forged event must not count or hang."""
     spool, marks = tmp_path / "spool", tmp_path / "marks"

@@ -26,10 +26,69 @@ pid=$(printf '%s' "$2" | tr -cd '0-9')
 record() {
   "$recorder" "$spool" "$jobs" "$pid" "$2" "$1" "$3" </dev/null >/dev/null 2>&1 &
 }
+# "STATE STARTTIME" of a process from /proc/PID/stat (after the comm, which may hold spaces or ')').
+state_of() {
+  sed -n 's/^.*) \([A-Za-z]\) \([^ ]* \)\{18\}\([0-9]*\) .*$/\1 \3/p' "/proc/$1/stat" 2>/dev/null
+}
+job_of() {
+  awk -v p="$1" '$1 == p { print $3; exit }' "$jobs" 2>/dev/null
+}
+# nohang takes a victim for dead once its memory map is gone (RSS 0) and it is no longer running, while the
+# kernel may still be freeing that memory (a GPU driver releasing a job's memory takes longer still). It then
+# reads MemAvailable, finds it still under the line, and signals the next victim: the replays saw the vLLM
+# stand-in signalled 22 ms after the trainer "died". (earlyoom 1.7 waits until its victim is reaped.)
+# The memory of a victim signalled in the last minute is still coming back while that victim is there
+# (same start time, not a zombie) and for a second after its signal. Prints the first such victim of
+# another job than PID's as "VICTIM THERE" (yes or no), or nothing.
+releasing() {
+  mine=$(job_of "$pid")
+  for mark in $(find "$marks" -maxdepth 1 -name 'term-*' -mmin -1 2>/dev/null); do
+    other=${mark##*/term-}
+    [ "$other" != "$pid" ] || continue
+    start= at=
+    read -r start at < "$mark" 2>/dev/null
+    case "$at" in ''|*[!0-9]*) continue ;; esac
+    if [ -n "$mine" ] && [ "$(job_of "$other")" = "$mine" ]; then continue; fi
+    there=no
+    now=$(state_of "$other")
+    case "$now" in Z*|X*|'') ;; *) [ "${now#* }" != "$start" ] || there=yes ;; esac
+    if [ "$there" = yes ] || [ $(( $(date +%s%3N) - at )) -lt 1000 ]; then
+      echo "$other $there"
+      return
+    fi
+  done
+}
 case "$action" in
   term)
     name=$(cat "/proc/$pid/comm" 2>/dev/null || echo unknown)
     uid=$(awk '/^Uid:/ {print $2}' "/proc/$pid/status" 2>/dev/null)
+    start=$(state_of "$pid")
+    start=${start#* }
+    busy=$(releasing)
+    if [ -n "$busy" ]; then
+      # Signal nobody while an earlier victim's memory is still coming back: nohang reads memory again, and
+      # asks again (for the same process: it keeps a victim that did not respond) if it is still low. One
+      # action waits, at most 5 s, while that victim is still there; a victim that outlives the wait does
+      # not hold the next one back.
+      earlier=${busy%% *}
+      exec 9>>"$marks/.releasing.lock"
+      if flock -n 9; then
+        waited=0
+        while [ "${busy##* }" = yes ] && [ "$waited" -lt 50 ]; do
+          sleep 0.1
+          waited=$((waited + 1))
+          busy=$(releasing)
+        done
+      else
+        busy="${busy% *} waited-for"
+      fi
+      if [ "${busy##* }" != yes ]; then
+        echo "sparkguard: nohang chose $name (pid $pid) while the memory of pid $earlier, signalled" \
+             "before it, was still coming back; not signalled: nohang checks memory again" >&2
+        exit 0
+      fi
+      exec 9>&-
+    fi
     if [ "$scope" = group ]; then
       pgid=$(ps -o pgid= -p "$pid" 2>/dev/null | tr -cd '0-9')
       # procps kill: the shell builtin of dash cannot signal a group.
@@ -37,7 +96,7 @@ case "$action" in
     else
       kill -TERM "$pid" || exit 1
     fi
-    : > "$marks/term-$pid"
+    echo "${start:-0} $(date +%s%3N)" > "$marks/term-$pid"
     record "${uid:-}" "$name" SIGTERM
     echo "sparkguard: nohang sent SIGTERM to $name (pid $pid, uid ${uid:-?})" >&2
     ;;
