@@ -206,6 +206,11 @@ class ReplayResult:
                     self.earlyoom_alive, self.fresh_login, self.ollama_alive))
 
     @property
+    def held_back(self) -> int:
+        """How often nohang's action refused a next victim while the job's memory was still coming back."""
+        return self.earlyoom_log.count("was still coming back; not signalled")
+
+    @property
     def got_sigterm(self) -> bool:
         return any(e.get("event") == "sigterm" for e in self.hog_events)
 
@@ -469,11 +474,21 @@ class HostSampler:
                 f"held explain (taken by something else during the cell)")
 
 
-def _hog_command(launch: Launch, plan: ReplayPlan) -> str:
-    if launch.fast:     # everything within a second, holding just past the SIGTERM line (before the SIGKILL line)
-        pace = f"--step-mib 256 --interval-s 0 --max-mib {plan.term_after_bytes // MIB + 256}"
+# The trainer's creep: CREEP_STEP_MIB every 0.2 s, so the SIGTERM line (term_after_bytes, 1.25 GiB) comes about
+# 4 s after the trainer starts. Both guards poll for far faster fills (earlyoom 1.7 sleeps at most what 6000 MiB/s
+# would take to reach its line, nohang's fill_rate_mem is 6000), and the GPU ranking agent (every 0.5 s in the
+# replays) gets several passes before the line. The fast-start cells take everything within one second.
+# 32 MiB steps gave 8 s of creep per cell: halved, a full run spends ~90 s less in the replays, which run alone.
+CREEP_STEP_MIB = 64
+
+
+def _hog_command(launch: Launch, plan: ReplayPlan, creep_step_mib: int = CREEP_STEP_MIB,
+                 available_kib: int | None = None) -> str:
+    if launch.fast:     # everything within a second, holding 256 MiB past the SIGTERM line (the SIGKILL line is 512)
+        past_mib = fast_hold_mib(plan, available_kib)
+        pace = f"--step-mib 256 --interval-s 0 --max-mib {past_mib}"
     else:
-        pace = f"--step-mib 32 --interval-s 0.2 --max-mib {plan.hog_cap_mib}"
+        pace = f"--step-mib {creep_step_mib} --interval-s 0.2 --max-mib {plan.hog_cap_mib}"
     return (f"sparkguard-uma-hog --comm {launch.comm} {pace} --device {DEVICE} {launch.shape} "
             f"--hold --sample-ms 50 --report {HOG_REPORT}").replace("  ", " ")
 
@@ -500,8 +515,20 @@ def _wait_until_gone(ssh, pids: list[int], timeout_s: float = 30.0) -> float | N
     return None
 
 
+def fast_hold_mib(plan: ReplayPlan, available_kib: int | None) -> int:
+    """What the fast-start trainer takes: the room between MemAvailable now and the SIGTERM line, plus 256 MiB.
+
+    From the host now (``available_kib``, every bystander in place), not from the module's plan: the host drifts
+    by a few hundred MiB over a module's cells, and a size from the plan left the trainer 18 MiB short of the
+    line once (the line was never crossed, nothing was signalled). Never more than the hog's cap.
+    """
+    room_mib = (plan.term_after_bytes // MIB if available_kib is None
+                else (available_kib - plan.term_line_kib) // 1024)
+    return min(room_mib + 256, plan.hog_cap_mib)
+
+
 def run_cell(handle, node: str, plan: ReplayPlan, launch: Launch, timeout_s: float = 120,
-             guard: str = "earlyoom") -> ReplayResult:
+             guard: str = "earlyoom", creep_step_mib: int = CREEP_STEP_MIB) -> ReplayResult:
     """Drive one cell on a node whose guard (earlyoom or nohang) already runs with ``plan``'s lines."""
     from sparkguard.roles.vllm.settings import VllmSettings
 
@@ -518,7 +545,7 @@ def run_cell(handle, node: str, plan: ReplayPlan, launch: Launch, timeout_s: flo
     ssh(f"[ -e {DEVICE} ] || install -m 666 /dev/null {DEVICE}")
     limit = 256 * MIB
     serving_adj = VllmSettings().oom_score_adj
-    hog = _hog_command(launch, plan)
+    hog = _hog_command(launch, plan, creep_step_mib)
     pages = (plan.hog_cap_mib + (OLLAMA_MAX_MIB if launch.beside_ollama else 0)) // 2 + 64
     with hugepage_budget(pages), host_memory_cgroup(f"sparkguard-replay-{os.getpid()}", limit) as group:
         session = None
@@ -535,6 +562,9 @@ def run_cell(handle, node: str, plan: ReplayPlan, launch: Launch, timeout_s: flo
             if launch.beside_ollama:
                 _wait_for_bystanders(ssh)
                 ollama_mib = _start_sized_ollama(ssh, plan)
+            if launch.fast:
+                _wait_for_bystanders(ssh)
+                hog = _hog_command(launch, plan, creep_step_mib, available_kib=settled_mem_available_kib())
             session = SshSession(handle, node)
             since = ssh("date '+%Y-%m-%d %H:%M:%S'")[1].strip()
             rc, _, err = ssh(

@@ -162,4 +162,5 @@ def test_incident_replay_under_nohang_kills_the_trainer_first_and_spares_everyth
     assert_incident_outcome(result, spec)
     record_property("reaction_s", round(result.reaction_s, 3))
     report(f"\nnohang, {launch}: SIGTERM {result.reaction_s * 1000:.0f} ms after the line "
-          f"({nohang_lab.term_percent}% of MemTotal, {nohang_lab.term_line_kib / GIB * 1024:.2f} GiB)")
+          f"({nohang_lab.term_percent}% of MemTotal, {nohang_lab.term_line_kib / GIB * 1024:.2f} GiB); "
+          f"next victim held back {result.held_back} times while the job's memory came back")

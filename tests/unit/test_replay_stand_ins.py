@@ -96,3 +96,14 @@ def test_meminfo_fields_come_from_one_read():
 
     total, surplus = meminfo_kib_of(("MemTotal", "HugePages_Surp"))
     assert total == meminfo_kib("MemTotal") and surplus >= 0
+
+
+def test_the_fast_start_holds_256_mib_past_the_line_from_the_host_now():
+    plan = ReplayPlan(mem_total_kib=24_683_772, mem_available_kib=23_639_496)
+    from tests.replay import fast_hold_mib
+
+    # The host rose 500 MiB since the lines were set: the trainer still ends 256 MiB past the line.
+    now_kib = plan.term_line_kib + (1280 + 500) * 1024
+    assert fast_hold_mib(plan, now_kib) == 1280 + 500 + 256
+    assert fast_hold_mib(plan, None) == plan.term_after_bytes // MIB + 256      # no reading: the plan's
+    assert fast_hold_mib(plan, plan.term_line_kib + 5000 * 1024) == plan.hog_cap_mib     # never past the hog's cap
