@@ -163,4 +163,4 @@ def test_incident_replay_under_nohang_kills_the_trainer_first_and_spares_everyth
     record_property("reaction_s", round(result.reaction_s, 3))
     report(f"\nnohang, {launch}: SIGTERM {result.reaction_s * 1000:.0f} ms after the line "
           f"({nohang_lab.term_percent}% of MemTotal, {nohang_lab.term_line_kib / GIB * 1024:.2f} GiB); "
-          f"next victim held back {result.held_back} times while the job's memory came back")
+          f"next victims held back while the job's memory came back: {result.held_back}")
