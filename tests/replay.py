@@ -545,7 +545,6 @@ def run_cell(handle, node: str, plan: ReplayPlan, launch: Launch, timeout_s: flo
     ssh(f"[ -e {DEVICE} ] || install -m 666 /dev/null {DEVICE}")
     limit = 256 * MIB
     serving_adj = VllmSettings().oom_score_adj
-    hog = _hog_command(launch, plan, creep_step_mib)
     pages = (plan.hog_cap_mib + (OLLAMA_MAX_MIB if launch.beside_ollama else 0)) // 2 + 64
     with hugepage_budget(pages), host_memory_cgroup(f"sparkguard-replay-{os.getpid()}", limit) as group:
         session = None
@@ -562,9 +561,11 @@ def run_cell(handle, node: str, plan: ReplayPlan, launch: Launch, timeout_s: flo
             if launch.beside_ollama:
                 _wait_for_bystanders(ssh)
                 ollama_mib = _start_sized_ollama(ssh, plan)
-            if launch.fast:
+            available_kib = None
+            if launch.fast:     # sized from the host once every bystander is in place (fast_hold_mib)
                 _wait_for_bystanders(ssh)
-                hog = _hog_command(launch, plan, creep_step_mib, available_kib=settled_mem_available_kib())
+                available_kib = settled_mem_available_kib()
+            hog = _hog_command(launch, plan, creep_step_mib, available_kib)
             session = SshSession(handle, node)
             since = ssh("date '+%Y-%m-%d %H:%M:%S'")[1].strip()
             rc, _, err = ssh(
