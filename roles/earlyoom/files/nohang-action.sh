@@ -39,9 +39,8 @@ job_of() {
 # stand-in signalled 22 ms after the trainer "died". (earlyoom 1.7 waits until its victim is reaped.)
 # The memory of a victim signalled in the last minute is still coming back while that victim is there
 # (same start time, not a zombie) and for a second after its signal. Prints the first such victim of
-# another job than PID's as "VICTIM THERE" (yes or no), or nothing.
+# another job than PID's ($mine) as "VICTIM THERE" (yes or no), or nothing.
 releasing() {
-  mine=$(job_of "$pid")
   for mark in $(find "$marks" -maxdepth 1 -name 'term-*' -mmin -1 2>/dev/null); do
     other=${mark##*/term-}
     [ "$other" != "$pid" ] || continue
@@ -64,6 +63,7 @@ case "$action" in
     uid=$(awk '/^Uid:/ {print $2}' "/proc/$pid/status" 2>/dev/null)
     start=$(state_of "$pid")
     start=${start#* }
+    mine=$(job_of "$pid")
     busy=$(releasing)
     if [ -n "$busy" ]; then
       # Signal nobody while an earlier victim's memory is still coming back: nohang reads memory again, and
