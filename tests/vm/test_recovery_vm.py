@@ -9,11 +9,12 @@ import pytest
 
 from sparkguard.roles.recovery.state import BOOT_TEXTFILE
 from tests.vm import applying
-from tests.vm.watchdog import stall_and_wait_for_reboot, watchdog_state
+from tests.vm.watchdog import RUNTIME_S, RUNTIME_SHOWN, stall_and_wait_for_reboot, watchdog_state
 
 pytestmark = pytest.mark.vm
 KEEP = {"base", "earlyoom", "swap", "recovery"}
-RECOVERY = "    recovery: {sysctl: {sysrq: 240, panic_reboot_s: 10, panic_on_oops: true}}\n"
+RECOVERY = ("    recovery: {sysctl: {sysrq: 240, panic_reboot_s: 10, panic_on_oops: true}, "
+            f"watchdog: {{runtime_s: {RUNTIME_S}}}}}\n")
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +23,7 @@ def recovered(vm_node, tmp_path_factory):
 
 
 def test_watchdog_armed_with_softdog(vm_node, recovered):
-    assert watchdog_state(vm_node) == ["1min", "1", "1", "dev"]
+    assert watchdog_state(vm_node) == [RUNTIME_SHOWN, "1", "1", "dev"]
 
 
 def test_journal_sysctls_and_watchdog_hold_after_reboot(vm_node, recovered):
@@ -32,7 +33,7 @@ def test_journal_sysctls_and_watchdog_hold_after_reboot(vm_node, recovered):
     assert token in vm_node.check("journalctl -b -1 -t sparkguard-test -o cat")
     values = vm_node.check("sysctl -n kernel.sysrq kernel.panic kernel.panic_on_oops vm.swappiness").split()
     assert values == ["240", "10", "1", "10"]
-    assert watchdog_state(vm_node) == ["1min", "1", "1", "dev"]
+    assert watchdog_state(vm_node) == [RUNTIME_SHOWN, "1", "1", "dev"]
     assert "sparkguard_previous_boot_unclean 0" in vm_node.check(f"cat {BOOT_TEXTFILE}")
 
 
@@ -49,8 +50,8 @@ def test_kernel_panic_reboots_by_itself_and_the_next_boot_reports_it(vm_node, re
 
 def test_userspace_stall_is_rebooted_by_the_watchdog(vm_node, recovered):
     """PID 1 starved of CPU: the softdog the role armed reboots the node, and the next boot reports it."""
-    assert watchdog_state(vm_node) == ["1min", "1", "1", "dev"]
+    assert watchdog_state(vm_node) == [RUNTIME_SHOWN, "1", "1", "dev"]
     seconds, console = stall_and_wait_for_reboot(vm_node)
-    print(f"userspace stall -> SSH answers from a new boot after {seconds:.0f} s (RuntimeWatchdogSec=60s, TCG)")
+    print(f"userspace stall -> SSH answers from a new boot after {seconds:.0f} s (RuntimeWatchdogSec={RUNTIME_S}s, TCG)")
     assert "softdog: Initiating system reboot" in console, console[-2000:]
     assert "sparkguard_previous_boot_unclean 1" in vm_node.check(f"cat {BOOT_TEXTFILE}")

@@ -4,6 +4,13 @@ from __future__ import annotations
 
 import time
 
+# The stall tests' RuntimeWatchdogSec, half the role's default (60 s; the sandbox audit test checks that one
+# on a node): while the guest is stalled, TCG spins every vCPU on a host core until the watchdog fires, in
+# the suite's CPU-bound first phase. 30 s still leaves systemd 15 s between pings, far more than PID 1 ever
+# went without CPU in these guests outside the stall.
+RUNTIME_S = 30
+RUNTIME_SHOWN = "30s"  # how `systemctl show -p RuntimeWatchdogUSec` writes RUNTIME_S
+
 # Every CPU taken by a SCHED_FIFO 99 spinner with RT throttling off: PID 1 (and sshd) get no
 # CPU at all, only interrupts run. This is the "userspace stall" the watchdog exists for;
 # nothing else in the guest reboots it (no panic, no hung task: the spinners are runnable).
