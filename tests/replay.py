@@ -95,6 +95,10 @@ class ReplayPlan:
     def term_line_kib(self) -> int:
         return int(self.term_percent * self.mem_total_kib / 100)
 
+    @property
+    def kill_line_kib(self) -> int:
+        return int(self.kill_percent * self.mem_total_kib / 100)
+
     @classmethod
     def from_host(cls) -> ReplayPlan:
         return cls(meminfo_kib("MemTotal"), meminfo_kib("MemAvailable"))
@@ -482,11 +486,10 @@ class HostSampler:
 CREEP_STEP_MIB = 64
 
 
-def _hog_command(launch: Launch, plan: ReplayPlan, creep_step_mib: int = CREEP_STEP_MIB,
-                 available_kib: int | None = None) -> str:
-    if launch.fast:     # everything within a second, holding 256 MiB past the SIGTERM line (the SIGKILL line is 512)
-        past_mib = fast_hold_mib(plan, available_kib)
-        pace = f"--step-mib 256 --interval-s 0 --max-mib {past_mib}"
+def _hog_command(launch: Launch, plan: ReplayPlan, creep_step_mib: int = CREEP_STEP_MIB) -> str:
+    if launch.fast:     # everything within a second, landing past the SIGTERM line and short of SIGKILL's
+        pace = f"--step-mib {FAST_STEP_MIB} --interval-s 0 --max-mib {plan.hog_cap_mib} " \
+               f"--stop-below-mib {fast_stop_below_mib(plan)}"
     else:
         pace = f"--step-mib {creep_step_mib} --interval-s 0.2 --max-mib {plan.hog_cap_mib}"
     return (f"sparkguard-uma-hog --comm {launch.comm} {pace} --device {DEVICE} {launch.shape} "
@@ -515,16 +518,22 @@ def _wait_until_gone(ssh, pids: list[int], timeout_s: float = 30.0) -> float | N
     return None
 
 
-def fast_hold_mib(plan: ReplayPlan, available_kib: int | None) -> int:
-    """What the fast-start trainer takes: the room between MemAvailable now and the SIGTERM line, plus 256 MiB.
+# The fast start's steps: a model and its optimizer state loaded in the first second.
+FAST_STEP_MIB = 256
+# How far past the SIGTERM line the fast start stops taking steps: with 256 MiB steps it lands 128-384 MiB past
+# it, short of the SIGKILL line 512 MiB past it (ReplayPlan).
+FAST_PAST_LINE_MIB = 128
 
-    From the host now (``available_kib``, every bystander in place), not from the module's plan: the host drifts
-    by a few hundred MiB over a module's cells, and a size from the plan left the trainer 18 MiB short of the
-    line once (the line was never crossed, nothing was signalled). Never more than the hog's cap.
+
+def fast_stop_below_mib(plan: ReplayPlan) -> int:
+    """The MemAvailable (MiB) below which the fast-start trainer stops taking steps (the hog's --stop-below-mib).
+
+    The trainer reads MemAvailable as it goes, rather than taking a size worked out beforehand: whatever the
+    host frees or takes before or during the cell, it lands where the cell needs it. A size measured just
+    before the start (and, before that, one from the module's plan) left the trainer short of the line twice,
+    27 and 18 MiB: the host gave back 300-500 MiB while the trainer took its 1.2 GiB, and nothing was signalled.
     """
-    room_mib = (plan.term_after_bytes // MIB if available_kib is None
-                else (available_kib - plan.term_line_kib) // 1024)
-    return min(room_mib + 256, plan.hog_cap_mib)
+    return plan.term_line_kib // 1024 - FAST_PAST_LINE_MIB
 
 
 def run_cell(handle, node: str, plan: ReplayPlan, launch: Launch, timeout_s: float = 120,
@@ -561,11 +570,7 @@ def run_cell(handle, node: str, plan: ReplayPlan, launch: Launch, timeout_s: flo
             if launch.beside_ollama:
                 _wait_for_bystanders(ssh)
                 ollama_mib = _start_sized_ollama(ssh, plan)
-            available_kib = None
-            if launch.fast:     # sized from the host once every bystander is in place (fast_hold_mib)
-                _wait_for_bystanders(ssh)
-                available_kib = settled_mem_available_kib()
-            hog = _hog_command(launch, plan, creep_step_mib, available_kib)
+            hog = _hog_command(launch, plan, creep_step_mib)
             session = SshSession(handle, node)
             since = ssh("date '+%Y-%m-%d %H:%M:%S'")[1].strip()
             rc, _, err = ssh(

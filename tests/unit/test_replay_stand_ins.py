@@ -98,12 +98,17 @@ def test_meminfo_fields_come_from_one_read():
     assert total == meminfo_kib("MemTotal") and surplus >= 0
 
 
-def test_the_fast_start_holds_256_mib_past_the_line_from_the_host_now():
-    plan = ReplayPlan(mem_total_kib=24_683_772, mem_available_kib=23_639_496)
-    from tests.replay import fast_hold_mib
+def test_the_fast_start_stops_between_the_sigterm_and_the_sigkill_lines():
+    from tests.replay import FAST_STEP_MIB, Launch, _hog_command, fast_stop_below_mib
 
-    # The host rose 500 MiB since the lines were set: the trainer still ends 256 MiB past the line.
-    now_kib = plan.term_line_kib + (1280 + 500) * 1024
-    assert fast_hold_mib(plan, now_kib) == 1280 + 500 + 256
-    assert fast_hold_mib(plan, None) == plan.term_after_bytes // MIB + 256      # no reading: the plan's
-    assert fast_hold_mib(plan, plan.term_line_kib + 5000 * 1024) == plan.hog_cap_mib     # never past the hog's cap
+    plan = ReplayPlan(mem_total_kib=24_683_772, mem_available_kib=23_639_496)
+    stop = fast_stop_below_mib(plan)
+    # The hog stops after the first step that takes MemAvailable below ``stop``: it lands up to a step further.
+    deepest, shallowest = stop - FAST_STEP_MIB, stop
+    assert plan.term_line_kib // 1024 - 256 <= shallowest <= plan.term_line_kib // 1024 - 64
+    assert deepest >= plan.kill_line_kib // 1024 + 64, "a fast start that lands past SIGKILL's line is no SIGTERM cell"
+    fast = Launch(name="fast", command="{hog}", comm="python3", host_cgroup=False, marked=False, record=False,
+                  shape="", fast=True)
+    command = _hog_command(fast, plan)
+    assert f"--stop-below-mib {stop} " in command and "--interval-s 0 " in command
+    assert f"--max-mib {plan.hog_cap_mib} " in command

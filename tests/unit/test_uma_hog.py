@@ -404,3 +404,20 @@ def test_slow_below_switches_to_the_seeds_creep_once_memory_is_short(surp_before
     assert [e["allocated_mib"] for e in steps] == [2, 4, 6, 14, 22, 30, 32]     # creep 6 MiB, then 8 MiB steps
     assert steps[2]["t"] - steps[1]["t"] >= 0.25
     assert run_usage_error("--slow-step-mib", "0").returncode == 2
+
+
+def test_stop_below_ends_the_growth_once_memory_is_short(surp_before, start_hog):
+    """--stop-below-mib above what is available now: one step, then it holds, and says why it stopped."""
+    above = meminfo("MemAvailable") // 1024 + 1024
+    hog = start_hog("--memfd", "--step-mib", "8", "--max-mib", "32", "--interval-s", "0",
+                    "--stop-below-mib", str(above), "--hold")
+    [stopped] = hog.wait_event("stop-below-reached", timeout=10)
+    assert stopped["allocated_mib"] == 8 and not hog.events("max-reached"), hog.events()
+    assert [e["allocated_mib"] for e in hog.events("step")] == [8]
+    assert status_kib(hog.proc.pid, "HugetlbPages") == 8 * 1024, "it holds what it took"
+    # Far below what is available: the cap ends it, as without the option.
+    capped = start_hog("--memfd", "--step-mib", "8", "--max-mib", "16", "--interval-s", "0",
+                       "--stop-below-mib", "1", "--hold")
+    [reached] = capped.wait_event("max-reached", timeout=10)
+    assert reached["allocated_mib"] == 16 and not capped.events("stop-below-reached")
+    assert run_usage_error("--stop-below-mib", "-1").returncode == 2
