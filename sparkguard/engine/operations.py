@@ -345,8 +345,20 @@ def service_action(service: str, action: str, marker: str) -> Commands:
         service_action(name="restart earlyoom", service="earlyoom.service", action="restart",
                        marker=pending_marker("earlyoom.service", "restart"), _if=...)
     """
-    run = "systemctl daemon-reload" if action == "daemon-reload" else f"systemctl {action} {shlex.quote(service)}"
+    if action == "daemon-reload":
+        run = "systemctl daemon-reload"
+    else:
+        # A failed action says why in the apply's error: systemctl itself only says "see journalctl", so the
+        # unit's own last lines since the action began follow it on stderr (the error keeps stderr's last lines).
+        unit = shlex.quote(service)
+        run = (f"t=$(date +%s); systemctl {action} {unit} || {{ rc=$?; journalctl _SYSTEMD_UNIT={unit} --since @$t "
+               f"-n {FAILED_ACTION_LOG_LINES} --no-pager -o cat >&2; exit $rc; }}")
     yield _shell([run, f"rm -f {shlex.quote(marker)}"])  # the marker goes only once the action succeeded
+
+
+# How many of a unit's own log lines a failed restart or reload adds to the apply's error: with systemctl's two
+# lines, the five the error keeps (run/runner.py).
+FAILED_ACTION_LOG_LINES = 3
 
 
 class MatchingFiles(FactBase[list[str]]):

@@ -7,6 +7,7 @@ against a directory tree made here (its pending directory pointed into that tree
 from __future__ import annotations
 
 import hashlib
+import shlex
 import subprocess
 
 import pytest
@@ -65,14 +66,47 @@ def test_leftovers_removed(found, expected):
 
 @pytest.mark.parametrize("service,action,expected", [
     ("earlyoom.service", "restart",
-     ["sh -c 'systemctl restart earlyoom.service && rm -f /var/lib/sparkguard/pending/earlyoom.service.restart'"]),
+     "t=$(date +%s); systemctl restart earlyoom.service || { rc=$?; journalctl _SYSTEMD_UNIT=earlyoom.service "
+     "--since @$t -n 3 --no-pager -o cat >&2; exit $rc; } && rm -f /var/lib/sparkguard/pending/earlyoom.service.restart"),
     ("prometheus.service", "reload",
-     ["sh -c 'systemctl reload prometheus.service && rm -f /var/lib/sparkguard/pending/prometheus.service.reload'"]),
-    ("", "daemon-reload", ["sh -c 'systemctl daemon-reload && rm -f /var/lib/sparkguard/pending/systemd.daemon-reload'"]),
+     "t=$(date +%s); systemctl reload prometheus.service || { rc=$?; journalctl _SYSTEMD_UNIT=prometheus.service "
+     "--since @$t -n 3 --no-pager -o cat >&2; exit $rc; } && rm -f /var/lib/sparkguard/pending/prometheus.service.reload"),
+    ("", "daemon-reload", "systemctl daemon-reload && rm -f /var/lib/sparkguard/pending/systemd.daemon-reload"),
 ])
 def test_service_action_runs_then_clears_its_marker(service, action, expected):
     marker = DAEMON_RELOAD if action == "daemon-reload" else pending_marker(service, action)
-    assert commands(service_action, service, action, marker) == expected
+    assert commands(service_action, service, action, marker) == [f"sh -c {shlex.quote(expected)}"]
+
+
+FAKE_SYSTEMCTL = "#!/bin/sh\necho \"Job for $2 failed because the control process exited with error code.\" >&2\nexit 1\n"
+# Records its arguments, prints what the unit said.
+FAKE_JOURNALCTL = "#!/bin/sh\necho \"$@\" > \"$(dirname \"$0\")/journalctl.args\"\necho 'Error opening query log file: permission denied'\n"
+
+
+@pytest.mark.parametrize("fails", [True, False])
+def test_a_failed_restart_says_what_the_unit_said_and_keeps_its_marker(tmp_path, fails):
+    """The command as the node runs it (sh -c), against a systemctl that fails or succeeds and a journal stand-in."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "systemctl").write_text(FAKE_SYSTEMCTL if fails else "#!/bin/sh\nexit 0\n")
+    (bin_dir / "journalctl").write_text(FAKE_JOURNALCTL)
+    for tool in bin_dir.iterdir():
+        tool.chmod(0o755)
+    marker = tmp_path / "prometheus.service.restart"
+    marker.write_text("")
+    [command] = commands(service_action, "prometheus.service", "restart", str(marker))
+    out = subprocess.run(command, shell=True, capture_output=True, text=True, timeout=10,
+                         env={"PATH": f"{bin_dir}:/usr/bin:/bin"})
+    if not fails:
+        assert (out.returncode, out.stderr, marker.exists()) == (0, "", False)
+        assert not (bin_dir / "journalctl.args").exists(), "the journal is read only when the action failed"
+        return
+    assert out.returncode == 1 and marker.exists(), "a failed restart stays pending for the next apply"
+    assert out.stderr.splitlines() == [
+        "Job for prometheus.service failed because the control process exited with error code.",
+        "Error opening query log file: permission denied"]
+    args = (bin_dir / "journalctl.args").read_text().split()
+    assert args[:2] == ["_SYSTEMD_UNIT=prometheus.service", "--since"] and args[2].startswith("@")
 
 
 def test_unchanged_file_sets_no_marker(fake_host):
