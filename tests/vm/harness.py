@@ -66,7 +66,7 @@ VARIANTS: dict[str, tuple[str, ...]] = {
     "": (),
     # apparmor: the cloud kernel has AppArmor on, and dockerd loads its default profile with apparmor_parser.
     # earlyoom: installed only to spare the treatment's apply an `apt-get update` and an install under TCG
-    # (about 24 s of the replay phase, which runs alone); disabled (VARIANT_DISABLED), so that the control
+    # (about 20 s of the replay phase, which runs alone); disabled (VARIANT_DISABLED), so that the control
     # arm, like the seed's node, runs no guard. The apply configures, enables and starts it as on any node.
     "incident": ("docker.io", "apparmor", "prometheus", "prometheus-node-exporter", "prometheus-alertmanager",
                  "earlyoom"),
