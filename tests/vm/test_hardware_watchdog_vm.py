@@ -11,7 +11,7 @@ import pytest
 
 from sparkguard.roles.recovery.state import BOOT_TEXTFILE
 from tests.vm import applying
-from tests.vm.watchdog import RUNTIME_S, RUNTIME_SHOWN, stall_and_wait_for_reboot, watchdog_state
+from tests.vm.watchdog import RUNTIME_SHOWN, WATCHDOG_VARS, stall_and_wait_for_reboot, watchdog_state
 
 # Its own VM (module fixture): a group of its own in dev.sh's first phase (tests/node_groups.py).
 pytestmark = pytest.mark.vm
@@ -20,8 +20,7 @@ pytestmark = pytest.mark.vm
 def test_hardware_watchdog_is_used_and_resets_a_stalled_node(hardware_watchdog_node, tmp_path):
     node = hardware_watchdog_node
     assert node.check("cat /sys/class/watchdog/watchdog0/identity").strip() == "i6300ESB timer"
-    applying.converge(node, tmp_path / "recovery", f"    recovery: {{watchdog: {{runtime_s: {RUNTIME_S}}}}}\n",
-                      {"base", "recovery"})
+    applying.converge(node, tmp_path / "recovery", f"    recovery: {{{WATCHDOG_VARS}}}\n", {"base", "recovery"})
     assert watchdog_state(node) == [RUNTIME_SHOWN, "0", "0", "dev"], "hardware watchdog armed, no softdog"
 
     seconds, console = stall_and_wait_for_reboot(node)

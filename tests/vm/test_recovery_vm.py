@@ -9,12 +9,11 @@ import pytest
 
 from sparkguard.roles.recovery.state import BOOT_TEXTFILE
 from tests.vm import applying
-from tests.vm.watchdog import RUNTIME_S, RUNTIME_SHOWN, stall_and_wait_for_reboot, watchdog_state
+from tests.vm.watchdog import RUNTIME_S, RUNTIME_SHOWN, WATCHDOG_VARS, stall_and_wait_for_reboot, watchdog_state
 
 pytestmark = pytest.mark.vm
 KEEP = {"base", "earlyoom", "swap", "recovery"}
-RECOVERY = ("    recovery: {sysctl: {sysrq: 240, panic_reboot_s: 10, panic_on_oops: true}, "
-            f"watchdog: {{runtime_s: {RUNTIME_S}}}}}\n")
+RECOVERY = f"    recovery: {{sysctl: {{sysrq: 240, panic_reboot_s: 10, panic_on_oops: true}}, {WATCHDOG_VARS}}}\n"
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,8 @@ import time
 # went without CPU in these guests outside the stall.
 RUNTIME_S = 30
 RUNTIME_SHOWN = "30s"  # how `systemctl show -p RuntimeWatchdogUSec` writes RUNTIME_S
+# The settings that arm it: role recovery's `watchdog` block, inside a `recovery:` mapping of the inventory.
+WATCHDOG_VARS = f"watchdog: {{runtime_s: {RUNTIME_S}}}"
 
 # Every CPU taken by a SCHED_FIFO 99 spinner with RT throttling off: PID 1 (and sshd) get no
 # CPU at all, only interrupts run. This is the "userspace stall" the watchdog exists for;
