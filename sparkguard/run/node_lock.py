@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import paramiko
 
 from . import context as run_context
+from . import ssh_deadline
 
 LOCK_FILE = "/run/sparkguard-apply.lock"
 COMMIT_FILE = "/run/sparkguard-commit.lock"
@@ -125,34 +126,49 @@ class NodeBusy(Exception):
 
 
 def take(client: paramiko.SSHClient, sudo: bool, holder: str | None = None, timeout: float = 30.0 + WAIT_S) -> NodeLock:
-    """Take the node's apply lock over ``client`` (a connected paramiko SSHClient) or raise NodeBusy."""
+    """Take the node's apply lock over ``client`` (a connected paramiko SSHClient) or raise NodeBusy.
+
+    A node that stops answering within ``timeout`` seconds has its connection closed (paramiko
+    itself would wait for the answer to the request forever) and is reported as not answering;
+    the run then touches no node (``runner.lock_hosts``).
+    """
     transport = client.get_transport()
     if transport is None:
         raise NodeBusy("the SSH connection closed before the lock could be taken")
-    channel = transport.open_session()
-    channel.settimeout(timeout)
-    channel.exec_command(lock_command(holder or holder_description(), sudo))
-    received = b""
-    try:
-        while b"\n" not in received:
-            chunk = channel.recv(512)
-            if not chunk:
-                break
-            received += chunk
-    except TimeoutError:
-        channel.close()
-        raise NodeBusy(f"the node did not answer the lock request within {timeout:.0f} s") from None
-    first_line = received.split(b"\n", 1)[0].decode(errors="replace").strip()
-    word, *holder_id = first_line.split()
-    if word == LOCKED:
-        channel.settimeout(None)
-        token = ":".join(holder_id)
-        return NodeLock(channel, token if _TOKEN.fullmatch(token) else None)
-    status = channel.recv_exit_status()
-    error = channel.recv_stderr(4096).decode(errors="replace").strip()
-    channel.close()
+    silent = NodeBusy(f"the node did not answer the lock request within {timeout:.0f} s")
+    with ssh_deadline.closing_at_deadline(transport, timeout, silent):
+        try:
+            first_line, channel = _request(transport, holder, sudo, timeout)
+            word, *holder_id = first_line.split() or [""]
+            if word == LOCKED:
+                channel.settimeout(None)
+                token = ":".join(holder_id)
+                return NodeLock(channel, token if _TOKEN.fullmatch(token) else None)
+            status = channel.recv_exit_status()
+            error = channel.recv_stderr(4096).decode(errors="replace").strip()
+            channel.close()
+        except TimeoutError:  # the channel's own read timeout
+            raise silent from None
+        except (EOFError, OSError, paramiko.SSHException) as failure:
+            raise NodeBusy(f"the SSH connection ended while the lock was being taken "
+                           f"({type(failure).__name__}: {failure or 'no reason given'})") from None
     if status == BUSY_EXIT:
         raise NodeBusy(f"another apply is running on this node: {first_line or 'holder unknown'}; "
                        f"it is released when that apply's SSH connection ends")
     raise NodeBusy(f"the node's apply lock {LOCK_FILE} could not be taken (exit {status}: "
                    f"{error or first_line or 'no output'})")
+
+
+def _request(transport: paramiko.Transport, holder: str | None, sudo: bool,
+             timeout: float) -> tuple[str, paramiko.Channel]:
+    """Send the holder command; return the first line it printed and its channel."""
+    channel = transport.open_session(timeout=timeout)
+    channel.settimeout(timeout)
+    channel.exec_command(lock_command(holder or holder_description(), sudo))
+    received = b""
+    while b"\n" not in received:
+        chunk = channel.recv(512)
+        if not chunk:
+            break
+        received += chunk
+    return received.split(b"\n", 1)[0].decode(errors="replace").strip(), channel

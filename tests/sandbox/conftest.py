@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from sparkguard.dev import sandbox
+from sparkguard.run import ssh_deadline
 from tests.conftest import require_root_and_tools
 from tests.waiting import wait_for  # noqa: F401 - re-exported for the sandbox modules
 
@@ -63,10 +64,13 @@ class SandboxHandle:
                 raise
             raise AssertionError(f"SSH as {user} to {name} refused ({refused}); the node as root sees:\n"
                                  + self.login_diagnostics(name)) from refused
+        late = TimeoutError(f"`{command}` did not finish on {name} within {timeout} s")
         try:
-            _, stdout, stderr = client.exec_command(command, timeout=timeout)
-            rc = stdout.channel.recv_exit_status()
-            return rc, stdout.read().decode(), stderr.read().decode()
+            # closed at the deadline: paramiko waits for the request's answer and the exit status unbounded
+            with ssh_deadline.closing_at_deadline(client.get_transport(), timeout, late):
+                _, stdout, stderr = client.exec_command(command, timeout=timeout)
+                rc = stdout.channel.recv_exit_status()
+                return rc, stdout.read().decode(), stderr.read().decode()
         finally:
             client.close()
 

@@ -49,6 +49,7 @@ import yaml
 from sparkguard.errors import SparkguardError
 from sparkguard.hosttools import MIRROR, RELEASES, run_tool
 from sparkguard.pyinfra_inventory import write_adapter
+from sparkguard.run import ssh_deadline
 
 IMAGE_FORMAT = 1  # bump when the image recipe changes: old caches are then ignored
 INCLUDE = ",".join([
@@ -546,24 +547,27 @@ class VM:
             self._kept = None
 
     def _exec(self, client: paramiko.SSHClient, command: str, timeout: float) -> tuple[int, str, str]:
-        """Run ``command`` on an open connection; TimeoutError after ``timeout`` seconds."""
-        _, stdout, stderr = client.exec_command(command, timeout=timeout)
-        channel = stdout.channel
-        out, err = bytearray(), bytearray()
-        deadline = time.monotonic() + timeout
-        while not (channel.exit_status_ready() and not channel.recv_ready()
-                   and not channel.recv_stderr_ready()):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"vm: `{command}` did not finish on {self.name} within {timeout:.0f} s")
-            if channel.recv_ready():
-                out += channel.recv(65536)
-            elif channel.recv_stderr_ready():
-                err += channel.recv_stderr(65536)
-            else:
-                channel.status_event.wait(0.05)
-        out += stdout.read()
-        err += stderr.read()
-        return channel.recv_exit_status(), out.decode(errors="replace"), err.decode(errors="replace")
+        """Run ``command`` on an open connection; TimeoutError after ``timeout`` seconds.
+
+        The connection is closed at the deadline: paramiko waits for the answer to the exec request
+        itself with no timeout, and a guest that crashes right after accepting it never answers.
+        """
+        late = TimeoutError(f"vm: `{command}` did not finish on {self.name} within {timeout:.0f} s")
+        with ssh_deadline.closing_at_deadline(client.get_transport(), timeout, late):
+            _, stdout, stderr = client.exec_command(command, timeout=timeout)
+            channel = stdout.channel
+            out, err = bytearray(), bytearray()
+            while not (channel.exit_status_ready() and not channel.recv_ready()
+                       and not channel.recv_stderr_ready()):
+                if channel.recv_ready():
+                    out += channel.recv(65536)
+                elif channel.recv_stderr_ready():
+                    err += channel.recv_stderr(65536)
+                else:
+                    channel.status_event.wait(0.05)
+            out += stdout.read()
+            err += stderr.read()
+            return channel.recv_exit_status(), out.decode(errors="replace"), err.decode(errors="replace")
 
     def _banner(self, timeout: float = 3) -> bool:
         """True when something answers with an SSH banner on the forwarded port.

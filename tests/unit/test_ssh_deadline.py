@@ -1,0 +1,205 @@
+"""A node that stops answering mid-request: real paramiko on both ends, over loopback.
+
+STAND-IN: the server below is a paramiko SSH server in this process, standing in for a node's
+sshd that a crash (or memory pressure) stops while the TCP connection stays open, as qemu's user
+network or a bastion keeps it. paramiko's client waits for the answer to an exec request with no
+timeout; these tests fail (by their own join timeout) if the deadline does not end that wait.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import paramiko
+import pytest
+
+from sparkguard.run import node_lock, ssh_deadline
+
+HOST_KEY = paramiko.RSAKey.generate(2048)
+
+
+class Node(paramiko.ServerInterface):
+    """Accepts any password; answers an exec request only when ``answer`` is set.
+
+    With ``refusal`` (exit status, stderr) the command prints ``answer``, that on stderr and exits.
+    """
+
+    def __init__(self, answer: bytes | None, release: threading.Event,
+                 refusal: tuple[int, bytes] | None = None) -> None:
+        self.answer = answer
+        self.release = release
+        self.refusal = refusal
+        self.channels: list[paramiko.Channel] = []
+
+    def get_allowed_auths(self, username):
+        return "password"
+
+    def check_auth_password(self, username, password):
+        return paramiko.AUTH_SUCCESSFUL
+
+    def check_channel_request(self, kind, chanid):
+        return paramiko.OPEN_SUCCEEDED
+
+    def check_channel_exec_request(self, channel, command):
+        if self.answer is None:
+            self.release.wait(60)  # a crashed node: the request is never answered
+            return False
+        self.channels.append(channel)
+        threading.Thread(target=self._reply, args=(channel,), daemon=True).start()
+        return True
+
+    def _reply(self, channel):
+        time.sleep(0.2)  # after the server's "request accepted", which this method's caller sends on return
+        channel.sendall(self.answer)  # the holder's first line; it then holds the lock until the end
+        if self.refusal:
+            status, stderr = self.refusal
+            channel.sendall_stderr(stderr)
+            channel.send_exit_status(status)
+            channel.close()
+
+
+@pytest.fixture
+def node() -> Iterator[callable]:
+    """Start a one-connection SSH server; yield a function that connects a client to it."""
+    release = threading.Event()
+    transports: list[paramiko.Transport] = []
+    clients: list[paramiko.SSHClient] = []
+    opened: list[paramiko.Channel | None] = []
+
+    def connect(answer: bytes | None, refusal: tuple[int, bytes] | None = None) -> paramiko.SSHClient:
+        listener = socket.create_server(("127.0.0.1", 0))
+        port = listener.getsockname()[1]
+
+        def serve():
+            conn, _ = listener.accept()
+            listener.close()
+            transport = paramiko.Transport(conn)
+            transport.add_server_key(HOST_KEY)
+            transports.append(transport)
+            transport.start_server(server=Node(answer, release, refusal))
+            opened.append(transport.accept(30))  # kept: a dropped server channel closes itself
+
+        threading.Thread(target=serve, daemon=True).start()
+        client = paramiko.SSHClient()
+        client.set_missing_host_key_policy(paramiko.AutoAddPolicy())
+        client.connect("127.0.0.1", port=port, username="operator", password="x", look_for_keys=False,
+                       allow_agent=False, timeout=10)
+        clients.append(client)
+        return client
+
+    yield connect
+    release.set()
+    for client in clients:
+        client.close()
+    for transport in transports:
+        transport.close()
+
+
+def in_thread(call, limit_s: float = 20):
+    """Run ``call``; return (result or exception, seconds), or fail if it is still waiting after ``limit_s``."""
+    outcome: dict = {}
+
+    def run():
+        started = time.monotonic()
+        try:
+            outcome["value"] = call()
+        except BaseException as error:  # noqa: BLE001 - the test looks at it
+            outcome["value"] = error
+        outcome["seconds"] = time.monotonic() - started
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(limit_s)
+    if worker.is_alive():
+        pytest.fail(f"still waiting on the silent node after {limit_s} s: no deadline ended the wait")
+    return outcome["value"], outcome["seconds"]
+
+
+def test_paramiko_alone_waits_on_a_silent_node_the_reason_for_the_deadline(node):
+    client = node(answer=None)
+    ended = []
+
+    def request():
+        try:
+            client.exec_command("true", timeout=1)  # its timeout bounds reads, not the request
+        except paramiko.SSHException as error:
+            ended.append(error)
+
+    worker = threading.Thread(target=request, daemon=True)
+    worker.start()
+    worker.join(1.5)
+    assert worker.is_alive(), "paramiko now times out exec requests by itself; the deadline may be unneeded"
+    client.close()  # what the deadline does; it ends the wait
+    worker.join(10)
+    assert not worker.is_alive() and ended
+
+
+def test_the_deadline_ends_an_exec_request_the_node_never_answers_with_the_callers_error(node):
+    client = node(answer=None)
+    late = TimeoutError("node-1 did not answer within 1.5 s")
+
+    def run():
+        with ssh_deadline.closing_at_deadline(client.get_transport(), 1.5, late):
+            client.exec_command("true")
+        return "answered"
+
+    error, seconds = in_thread(run)
+    assert error is late
+    assert isinstance(error.__cause__, paramiko.SSHException)  # what paramiko raised once the connection closed
+    assert 1.4 < seconds < 10
+
+
+def test_a_result_the_deadline_cut_short_is_not_returned(node):
+    client = node(answer=None)
+    late = TimeoutError("cut short")
+
+    def run():
+        with ssh_deadline.closing_at_deadline(client.get_transport(), 1.0, late):
+            time.sleep(1.5)  # the connection is closed meanwhile; the block then "finishes"
+            return "a partial result"
+
+    error, _ = in_thread(run)
+    assert error is late
+
+
+def test_a_block_that_finishes_in_time_keeps_its_connection(node):
+    client = node(answer=b"hello\n")
+    with ssh_deadline.closing_at_deadline(client.get_transport(), 1.0, TimeoutError("late")):
+        _, stdout, _ = client.exec_command("true", timeout=5)
+        assert stdout.readline() == "hello\n"
+    time.sleep(1.5)
+    assert client.get_transport().is_active()
+
+
+def test_an_error_in_time_is_the_blocks_own(node):
+    client = node(answer=b"hello\n")
+    with pytest.raises(KeyError), ssh_deadline.closing_at_deadline(client.get_transport(), 5.0, TimeoutError()):
+        raise KeyError("the block's own")
+
+
+def test_taking_the_lock_on_a_silent_node_says_so_instead_of_hanging(node):
+    client = node(answer=None)
+    error, seconds = in_thread(lambda: node_lock.take(client, sudo=False, timeout=1.5))
+    assert isinstance(error, node_lock.NodeBusy), error
+    assert str(error) == "the node did not answer the lock request within 2 s"
+    assert seconds < 10
+
+
+def test_a_lock_taken_in_time_is_kept_past_the_deadline(node):
+    client = node(answer=f"{node_lock.LOCKED} 4242 987654\n".encode())
+    lock, _ = in_thread(lambda: node_lock.take(client, sudo=False, timeout=1.0))
+    assert isinstance(lock, node_lock.NodeLock), lock
+    assert lock.token == "4242:987654"
+    time.sleep(1.5)
+    assert client.get_transport().is_active() and not lock.channel.closed
+
+
+def test_a_lock_request_that_prints_nothing_says_what_the_node_said(node):
+    client = node(answer=b"", refusal=(1, b"sudo: a password is required\n"))
+    error, _ = in_thread(lambda: node_lock.take(client, sudo=True, timeout=5))
+    assert isinstance(error, node_lock.NodeBusy), error
+    assert str(error) == (f"the node's apply lock {node_lock.LOCK_FILE} could not be taken "
+                          "(exit 1: sudo: a password is required)")
