@@ -158,7 +158,7 @@ class ConfigError(SparkguardError):
 
 
 class NodeBusyError(SparkguardError):
-    """Another apply holds a node's lock; nothing was applied to any node."""
+    """A node's apply lock could not be taken (another apply holds it, or sudo refused); nothing was applied."""
 
     exit_code = EXIT_UNREACHABLE
     kind = "busy"

@@ -41,6 +41,9 @@ BUSY_EXIT = 75  # EX_TEMPFAIL: try again later
 # An apply that just ended (or was killed) releases the lock when sshd has noticed: wait that long, not more
 # (SPARKGUARD_LOCK_WAIT_S=N: N seconds; a CI job queueing behind another may want more).
 WAIT_S = 10
+# sudo -n refused (a rule that asks for a password, or none at all): what the operator must change.
+SUDO_HINT = ("; with `sudo: true` the SSH user needs sudo without a password on the node (a NOPASSWD rule, "
+             "for example in /etc/sudoers.d/): sparkguard runs `sudo -n` and never types a password")
 _PRINTABLE = set(string.ascii_letters + string.digits + " .:_@-+")
 
 
@@ -122,7 +125,11 @@ def fenced(token: str, step: str) -> str:
 
 
 class NodeBusy(Exception):
-    """Another apply holds the node's lock (or the lock could not be taken)."""
+    """Another apply holds the node's lock (``held_elsewhere``), or the lock could not be taken."""
+
+    def __init__(self, message: str, held_elsewhere: bool = False) -> None:
+        super().__init__(message)
+        self.held_elsewhere = held_elsewhere
 
 
 def take(client: paramiko.SSHClient, sudo: bool, holder: str | None = None, timeout: float = 30.0 + WAIT_S) -> NodeLock:
@@ -154,9 +161,10 @@ def take(client: paramiko.SSHClient, sudo: bool, holder: str | None = None, time
                            f"({type(failure).__name__}: {failure or 'no reason given'})") from None
     if status == BUSY_EXIT:
         raise NodeBusy(f"another apply is running on this node: {first_line or 'holder unknown'}; "
-                       f"it is released when that apply's SSH connection ends")
+                       f"it is released when that apply's SSH connection ends", held_elsewhere=True)
+    hint = SUDO_HINT if sudo and error.startswith("sudo:") else ""
     raise NodeBusy(f"the node's apply lock {LOCK_FILE} could not be taken (exit {status}: "
-                   f"{error or first_line or 'no output'})")
+                   f"{error or first_line or 'no output'}){hint}")
 
 
 def _request(transport: paramiko.Transport, holder: str | None, sudo: bool,

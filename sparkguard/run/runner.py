@@ -300,6 +300,7 @@ def lock_hosts(state: State, entries: list[InventoryHost]) -> list[node_lock.Nod
     """Take every host's apply lock before anything is prepared; if one is busy, touch none."""
     held: list[node_lock.NodeLock] = []
     busy: list[str] = []
+    held_elsewhere = False
     for entry in entries:
         client = getattr(state.inventory.get_host(entry.name).connector, "client", None)
         if client is None:
@@ -310,10 +311,12 @@ def lock_hosts(state: State, entries: list[InventoryHost]) -> list[node_lock.Nod
             held.append(lock)
         except node_lock.NodeBusy as error:
             busy.append(f"host '{entry.name}': {error}")
+            held_elsewhere = held_elsewhere or error.held_elsewhere
     if busy:
         for lock in held:
             lock.release()
-        raise NodeBusyError("\n\n".join(busy) + "\n\nNothing was applied to any node; apply again once it is done.")
+        again = "; apply again once it is done" if held_elsewhere else ""
+        raise NodeBusyError("\n\n".join(busy) + f"\n\nNothing was applied to any node{again}.")
     return held
 
 

@@ -234,6 +234,7 @@ def test_second_concurrent_apply_refuses_naming_the_first(faults, monkeypatch):
     assert first.returncode == 0, err[-2000:]
     assert second.returncode == 4, second.stdout[-2000:]
     assert "another apply is running on this node: sparkguard apply by" in second.stderr, second.stderr
+    assert "Nothing was applied to any node; apply again once it is done." in second.stderr, second.stderr
     assert "Traceback" not in second.stderr
     faults.judge_files("two applies at once")
     seen = faults.files_on_node()

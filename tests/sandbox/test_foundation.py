@@ -346,6 +346,28 @@ def test_sudo_user_applies_the_same_state(sandbox_nodes, tmp_path):
         assert apply(sandbox_nodes.inventory_dir).ok
 
 
+def test_a_sudo_that_asks_for_a_password_is_named_and_nothing_is_applied(sandbox_nodes, tmp_path):
+    """An operator account whose sudo rule wants a password: sparkguard says what to change, and touches nothing."""
+    from sparkguard.run import node_lock
+
+    text = (sandbox_nodes.inventory_dir / "hosts.yml").read_text().replace("ssh_user: root", "ssh_user: ops\n    sudo: true")
+    (tmp_path / "inv").mkdir()
+    (tmp_path / "inv" / "hosts.yml").write_text(text.replace("    node:\n", "    base: {contact: never-applied}\n    node:\n", 1))
+    listing = "find /etc/sparkguard -printf '%p %s %T@\\n' | sort"
+    before = sandbox_nodes.ssh("node-1", listing)[1]
+    assert sandbox_nodes.ssh("node-1", "echo 'ops ALL=(ALL) ALL' > /etc/sudoers.d/ops")[0] == 0
+    try:
+        result = run_cli("apply", str(tmp_path / "inv"))
+    finally:
+        assert sandbox_nodes.ssh("node-1", "echo 'ops ALL=(ALL) NOPASSWD:ALL' > /etc/sudoers.d/ops")[0] == 0
+    assert result.returncode == 4, result.stdout[-2000:] + result.stderr[-2000:]
+    assert "Traceback" not in result.stderr, result.stderr
+    assert ("host 'node-1': the node's apply lock /run/sparkguard-apply.lock could not be taken "
+            "(exit 1: sudo: a password is required)" + node_lock.SUDO_HINT) in result.stderr, result.stderr
+    assert result.stderr.rstrip().endswith("Nothing was applied to any node."), result.stderr
+    assert sandbox_nodes.ssh("node-1", listing)[1] == before
+
+
 def test_a_node_whose_logins_are_still_refused_is_not_handed_out(sandbox_nodes):
     """sandbox up's boot check: /run/nologin (what refused ops in one CI run) is caught, shown, and then gone."""
     import time

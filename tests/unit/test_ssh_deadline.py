@@ -202,4 +202,5 @@ def test_a_lock_request_that_prints_nothing_says_what_the_node_said(node):
     error, _ = in_thread(lambda: node_lock.take(client, sudo=True, timeout=5))
     assert isinstance(error, node_lock.NodeBusy), error
     assert str(error) == (f"the node's apply lock {node_lock.LOCK_FILE} could not be taken "
-                          "(exit 1: sudo: a password is required)")
+                          "(exit 1: sudo: a password is required)" + node_lock.SUDO_HINT)
+    assert not error.held_elsewhere
