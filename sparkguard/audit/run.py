@@ -12,7 +12,6 @@ Everything is then judged offline (``judge``). The probe writes nothing on the n
 
 from __future__ import annotations
 
-import os
 import time
 
 from pyinfra.api import Config, State
@@ -28,7 +27,8 @@ from ..engine.probe import parse_output
 from ..engine.render import host_states
 from ..inventory.loader import Inventory
 from ..inventory.selection import select_hosts
-from ..run.runner import ConnectErrors, connect_hosts, explain_connect_error, quiet_pyinfra
+from ..run import liveness, tunables
+from ..run.runner import ConnectErrors, connect_hosts, explain_connect_error, quiet_pyinfra, ssh_client
 from .judge import evaluate
 from .probe import AuditProbe, build_probe, probe_states
 from .result import COMMANDS_PER_HOST, AuditResult, HostAudit
@@ -41,18 +41,21 @@ def run_audit(inventory: Inventory, limit: list[str] | None = None, verbose: boo
     started = time.monotonic()
     pyinfra.is_cli = False
     quiet_pyinfra(verbose)
+    connect_timeout, silence_s = tunables.CONNECT_TIMEOUT.seconds(), tunables.SSH_SILENCE.seconds()
     get_host_keys.cache.clear()
     entries = select_hosts(inventory, limit)
     scripts = {e.name: build_probe(e, probe_states(e)) for e in entries}
     py_inventory = PyinfraInventory(([(h.name, h.pyinfra_data()) for h in entries], {}))
     state = State()
-    state.init(py_inventory, Config(CONNECT_TIMEOUT=int(os.environ.get("SPARKGUARD_CONNECT_TIMEOUT", "10"))))
+    state.init(py_inventory, Config(CONNECT_TIMEOUT=connect_timeout))
     errors = ConnectErrors()
     state.add_callback_handler(errors)
     state.set_stage(StateStage.Connect)
     results = {e.name: HostAudit(e.name) for e in entries}
+    watches = liveness.Watches([])
     try:
         connect_hosts(state, entries, errors)
+        watches = liveness.watch_clients({e.name: ssh_client(state, e.name) for e in entries}, silence_s)
 
         def probe(host: Host) -> tuple[str, str, float]:
             began = time.monotonic()
@@ -77,9 +80,13 @@ def run_audit(inventory: Inventory, limit: list[str] | None = None, verbose: boo
             if name in errors.errors:
                 explained = explain_connect_error(inventory.host(name), errors.errors[name]) + " Nothing was audited on it."
                 audit.add("ssh: reachable", False, "connected", explained)
+            elif name in watches.silent():
+                audit.add("ssh: answering", False, "answering", liveness.silence_paragraph(silence_s)
+                          + ". Nothing was audited on it.")
             elif not audit.checks:
                 audit.add("ssh: probe", False, "probe ran", "the probe failed on the node (run with -v)")
     finally:
+        watches.stop()
         state.set_stage(StateStage.Disconnect)
         disconnect_all(state)
     return AuditResult([results[e.name] for e in entries], seconds=time.monotonic() - started)

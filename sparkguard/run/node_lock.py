@@ -31,16 +31,13 @@ from dataclasses import dataclass
 import paramiko
 
 from . import context as run_context
-from . import ssh_deadline
+from . import ssh_deadline, tunables
 
 LOCK_FILE = "/run/sparkguard-apply.lock"
 COMMIT_FILE = "/run/sparkguard-commit.lock"
 LOST_EXIT = 75  # a fenced step found its apply gone
 LOCKED = "sparkguard-locked"
 BUSY_EXIT = 75  # EX_TEMPFAIL: try again later
-# An apply that just ended (or was killed) releases the lock when sshd has noticed: wait that long, not more
-# (SPARKGUARD_LOCK_WAIT_S=N: N seconds; a CI job queueing behind another may want more).
-WAIT_S = 10
 # sudo -n refused (a rule that asks for a password, or none at all): what the operator must change.
 SUDO_HINT = ("; with `sudo: true` the SSH user needs sudo without a password on the node (a NOPASSWD rule, "
              "for example in /etc/sudoers.d/): sparkguard runs `sudo -n` and never types a password")
@@ -61,8 +58,7 @@ def holder_description() -> str:
 def lock_command(holder: str, sudo: bool, wait_s: int | None = None) -> str:
     """The node-side holder: take the lock or say who has it; then keep it until stdin ends."""
     if wait_s is None:
-        raw = os.environ.get("SPARKGUARD_LOCK_WAIT_S", "")
-        wait_s = int(raw) if raw.isdigit() else WAIT_S
+        wait_s = tunables.LOCK_WAIT.seconds()
     script = (
         f"umask 077; exec 9<>{LOCK_FILE} || exit 70; "
         f"if flock -w {int(wait_s)} 9; then printf '%s\\n' {shlex.quote(holder)} >{LOCK_FILE}; "
@@ -132,20 +128,26 @@ class NodeBusy(Exception):
         self.held_elsewhere = held_elsewhere
 
 
-def take(client: paramiko.SSHClient, sudo: bool, holder: str | None = None, timeout: float = 30.0 + WAIT_S) -> NodeLock:
+def take(client: paramiko.SSHClient, sudo: bool, holder: str | None = None, wait_s: int | None = None,
+         timeout: float | None = None) -> NodeLock:
     """Take the node's apply lock over ``client`` (a connected paramiko SSHClient) or raise NodeBusy.
+
+    ``wait_s``: how long to wait for another apply's lock (default: ``SPARKGUARD_LOCK_WAIT_S``);
+    ``timeout``: for the node's answer at all (default: 30 s more than that).
 
     A node that stops answering within ``timeout`` seconds has its connection closed (paramiko
     itself would wait for the answer to the request forever) and is reported as not answering;
     the run then touches no node (``runner.lock_hosts``).
     """
+    wait_s = tunables.LOCK_WAIT.seconds() if wait_s is None else wait_s
+    timeout = 30.0 + wait_s if timeout is None else timeout
     transport = client.get_transport()
     if transport is None:
         raise NodeBusy("the SSH connection closed before the lock could be taken")
     silent = NodeBusy(f"the node did not answer the lock request within {timeout:.0f} s")
     with ssh_deadline.closing_at_deadline(transport, timeout, silent):
         try:
-            first_line, channel = _request(transport, holder, sudo, timeout)
+            first_line, channel = _request(transport, lock_command(holder or holder_description(), sudo, wait_s), timeout)
             word, *holder_id = first_line.split() or [""]
             if word == LOCKED:
                 channel.settimeout(None)
@@ -167,12 +169,11 @@ def take(client: paramiko.SSHClient, sudo: bool, holder: str | None = None, time
                    f"{error or first_line or 'no output'}){hint}")
 
 
-def _request(transport: paramiko.Transport, holder: str | None, sudo: bool,
-             timeout: float) -> tuple[str, paramiko.Channel]:
+def _request(transport: paramiko.Transport, command: str, timeout: float) -> tuple[str, paramiko.Channel]:
     """Send the holder command; return the first line it printed and its channel."""
     channel = transport.open_session(timeout=timeout)
     channel.settimeout(timeout)
-    channel.exec_command(lock_command(holder or holder_description(), sudo))
+    channel.exec_command(command)
     received = b""
     while b"\n" not in received:
         chunk = channel.recv(512)

@@ -32,7 +32,7 @@ from ..facts import NodeInfo
 from ..inventory.loader import Inventory, InventoryHost
 from ..inventory.selection import select_hosts
 from . import context as run_context
-from . import node_lock
+from . import liveness, node_lock, tunables
 from .context import RunContext
 
 
@@ -201,6 +201,8 @@ def _run_deploy(inventory: Inventory, deploy_factory: Callable[[], Callable[[], 
 
     pyinfra.is_cli = False
     quiet_pyinfra(verbose)
+    connect_timeout, lock_wait, silence_s = (tunables.CONNECT_TIMEOUT.seconds(), tunables.LOCK_WAIT.seconds(),
+                                             tunables.SSH_SILENCE.seconds())
     # pyinfra memoizes known_hosts per process; a long-lived caller (tests, a
     # fixed known_hosts after a reimage) must see the file as it is now.
     get_host_keys.cache.clear()
@@ -209,7 +211,7 @@ def _run_deploy(inventory: Inventory, deploy_factory: Callable[[], Callable[[], 
         g: ([m for m in members if any(e.name == m for e in entries)], {})
         for g, members in inventory.groups.items() if g != "all"}
     py_inventory = PyinfraInventory(([(h.name, h.pyinfra_data()) for h in entries], {}), **groups)
-    config = Config(CONNECT_TIMEOUT=int(os.environ.get("SPARKGUARD_CONNECT_TIMEOUT", "10")))
+    config = Config(CONNECT_TIMEOUT=connect_timeout)
     state = State(check_for_changes=dry)
     errors = ConnectErrors()
     state.init(py_inventory, config)
@@ -219,6 +221,7 @@ def _run_deploy(inventory: Inventory, deploy_factory: Callable[[], Callable[[], 
 
     state.set_stage(StateStage.Connect)
     connect_hosts(state, entries, errors)
+    watches = liveness.watch_clients({e.name: ssh_client(state, e.name) for e in entries}, silence_s)
     locks: list[node_lock.NodeLock] = []
     try:
         unreachable = {name: explain_connect_error(inventory.host(name), message)
@@ -228,7 +231,7 @@ def _run_deploy(inventory: Inventory, deploy_factory: Callable[[], Callable[[], 
                                + " Nothing was applied to any node.", hosts=tuple(unreachable))
         reached = [e for e in entries if e.name not in unreachable]
         if not dry:
-            locks = lock_hosts(state, reached)
+            locks = lock_hosts(state, reached, lock_wait)
 
         state.set_stage(StateStage.Prepare)
         add_deploy(state, deploy_factory())  # a PreflightError (a ConfigError) leaves here: nothing ran
@@ -239,8 +242,9 @@ def _run_deploy(inventory: Inventory, deploy_factory: Callable[[], Callable[[], 
                 run_ops(state)
             except PyinfraError:
                 pass  # "No hosts remaining!": every host failed an operation; reported per host below
-        return _collect(state, entries, run, dry, unreachable)
+        return _collect(state, entries, run, dry, unreachable, silent=watches.silent(), silence_s=silence_s)
     finally:
+        watches.stop()
         for lock in locks:
             lock.release()
         state.set_stage(StateStage.Disconnect)
@@ -296,17 +300,22 @@ def connect_hosts(state: State, entries: list[InventoryHost], errors: ConnectErr
             errors.errors[entry.name] = failure if failure and failure != "No hosts remaining!" else "did not connect"
 
 
-def lock_hosts(state: State, entries: list[InventoryHost]) -> list[node_lock.NodeLock]:
+def ssh_client(state: State, name: str) -> Any:
+    """The host's connected paramiko client, or None (not connected, or pyinfra's own @local in a developer's run)."""
+    return getattr(state.inventory.get_host(name).connector, "client", None)
+
+
+def lock_hosts(state: State, entries: list[InventoryHost], wait_s: int) -> list[node_lock.NodeLock]:
     """Take every host's apply lock before anything is prepared; if one is busy, touch none."""
     held: list[node_lock.NodeLock] = []
     busy: list[str] = []
     held_elsewhere = False
     for entry in entries:
-        client = getattr(state.inventory.get_host(entry.name).connector, "client", None)
+        client = ssh_client(state, entry.name)
         if client is None:
-            continue  # not an SSH connection (pyinfra's own @local in a developer's run)
+            continue
         try:
-            lock = node_lock.take(client, entry.config.sudo)
+            lock = node_lock.take(client, entry.config.sudo, wait_s=wait_s)
             node_lock.remember(entry.name, lock)
             held.append(lock)
         except node_lock.NodeBusy as error:
@@ -332,7 +341,8 @@ def describe_host(entry: InventoryHost, node: NodeInfo) -> dict[str, str]:
 
 
 def _collect(state: State, entries: list[InventoryHost], run: RunContext, dry: bool,
-             unreachable: dict[str, str] | None = None) -> ApplyResult:
+             unreachable: dict[str, str] | None = None, silent: set[str] | None = None,
+             silence_s: float = 0) -> ApplyResult:
     results = []
     for entry in entries:
         if unreachable and entry.name in unreachable:
@@ -366,6 +376,8 @@ def _collect(state: State, entries: list[InventoryHost], run: RunContext, dry: b
             elif meta.did_change():
                 result.changed += 1
                 result.changed_names += reported_names(name, host.name, op_hash)
+        if silent and entry.name in silent:  # first: every error after it is what the closed connection did
+            result.errors.insert(0, liveness.silence_paragraph(silence_s))
         if (failed_before or host in state.failed_hosts) and not result.errors:
             result.errors.append("host failed during the run (see -v output)")
         # Fail closed: a host on which nothing ran, or less than was planned, is not "ok".

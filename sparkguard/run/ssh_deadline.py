@@ -18,23 +18,27 @@ Closing the transport wakes every wait on its channels; paramiko then raises ``S
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import paramiko
 
 
 @contextmanager
-def closing_at_deadline(transport: paramiko.Transport, seconds: float, expired: Exception) -> Iterator[None]:
+def closing_at_deadline(transport: paramiko.Transport, seconds: float, expired: Exception,
+                        on_expiry: Callable[[], None] | None = None) -> Iterator[None]:
     """Close ``transport`` if the ``with`` block has not finished after ``seconds``; then raise ``expired``.
 
     ``expired`` is raised whenever the deadline closed the connection, even if the block went on
     to finish (or return) with what it had: its result was cut short and must not be used.
+    ``on_expiry`` runs before the connection is closed, so whoever its closing wakes sees it done.
     """
     cut = threading.Event()
 
     def expire() -> None:
         cut.set()
+        if on_expiry is not None:
+            on_expiry()
         transport.close()
 
     timer = threading.Timer(seconds, expire)

@@ -7,6 +7,8 @@ or B's rendered version (old or new, never a mix), whatever happens to the apply
 
 - `sparkguard apply` SIGKILLed at 20 random moments (seeded, the seed is printed);
 - its SSH connection dropped mid-run (the node's sshd session killed): the apply must say FAILED;
+- its sshd session stopped mid-run (SIGSTOP: the connection open, nothing answering): the apply must
+  end within seconds of SPARKGUARD_SSH_SILENCE_S, naming the node as not answering;
 - the disk full where a file is about to be replaced: the live file stays as it was;
 - two applies at once: the second refuses, naming the first, and changes nothing.
 
@@ -193,6 +195,37 @@ def test_dropped_connection_is_a_failed_apply_and_the_next_one_converges(faults)
         assert not report["ok"] and any(not h["ok"] for h in report["hosts"])
     faults.judge_files("SSH connection dropped")
     faults.converge("SSH connection dropped", "B")
+
+
+def test_a_node_whose_sshd_stops_answering_fails_the_apply_naming_it_instead_of_hanging(faults, monkeypatch):
+    """The apply's sshd session is stopped (SIGSTOP): the connection stays open, the node's kernel
+    acknowledges every packet, and nothing answers; as on a node thrashing under memory pressure."""
+    assert faults.apply("A").returncode == 0
+    monkeypatch.setenv("SPARKGUARD_SSH_SILENCE_S", "5")
+    process = faults.start_apply("B")
+    wait_for(lambda: faults.handle.ssh("node-1", "flock -n /run/sparkguard-apply.lock true")[0] != 0,
+             timeout=60, what="the apply to take the node's lock")
+    time.sleep(0.5)
+    assert process.poll() is None, "the apply ended before its sshd could be stopped: no fault injected"
+    others = "for p in $(pgrep -f '^sshd: root@notty'); do [ \"$p\" = \"$PPID\" ] || kill -{} \"$p\"; done"
+    faults.handle.ssh("node-1", others.format("STOP"))
+    stopped = time.monotonic()
+    try:
+        out, err = process.communicate(timeout=120)
+    finally:
+        faults.handle.ssh("node-1", others.format("KILL"))  # what a stopped session would do once it woke: go
+    took = time.monotonic() - stopped
+    record("sshd stopped answering", injected=1)
+    assert process.returncode == 1, (process.returncode, out[-2000:], err[-2000:])
+    report = json.loads(out)
+    errors = report["hosts"][0]["errors"]
+    assert errors[0].startswith("the node stopped answering SSH: a liveness request went unanswered for 5 s"), errors
+    assert "Traceback" not in err
+    print(f"sshd stopped: the apply ended {took:.1f} s later")
+    faults.judge_files("sshd stopped answering")
+    # Still with a 5 s silence, so a request every 1.7 s: the node's real sshd answers them (a refusal,
+    # which is an answer) and the apply goes through.
+    faults.converge("sshd stopped answering", "B")
 
 
 def test_full_disk_before_replace_keeps_the_live_file(faults):

@@ -7,7 +7,8 @@ import subprocess
 
 import pytest
 
-from sparkguard.run import node_lock
+from sparkguard.errors import ConfigError
+from sparkguard.run import node_lock, tunables
 
 
 def start_holder(holder: str) -> subprocess.Popen:
@@ -51,11 +52,14 @@ def test_holder_text_is_quoted_and_printable():
     assert "printf '%s\\n' 'x'\"'\"'; touch /tmp/sg-pwn; '\"'\"''" in out
 
 
-def test_the_wait_comes_from_the_environment_when_it_is_a_number(monkeypatch):
+def test_the_wait_comes_from_the_environment_and_anything_but_a_number_is_refused(monkeypatch):
     monkeypatch.setenv("SPARKGUARD_LOCK_WAIT_S", "3")
     assert "flock -w 3 9" in node_lock.lock_command("h", sudo=False)
+    monkeypatch.delenv("SPARKGUARD_LOCK_WAIT_S")
+    assert f"flock -w {tunables.LOCK_WAIT.default} 9" in node_lock.lock_command("h", sudo=False)
     monkeypatch.setenv("SPARKGUARD_LOCK_WAIT_S", "3; reboot")
-    assert f"flock -w {node_lock.WAIT_S} 9" in node_lock.lock_command("h", sudo=False)
+    with pytest.raises(ConfigError):
+        node_lock.lock_command("h", sudo=False)
 
 
 def test_a_new_holder_waits_for_a_fenced_step_of_the_last_apply_to_finish(tmp_path):

@@ -1,9 +1,11 @@
-"""A node that stops answering mid-request: real paramiko on both ends, over loopback.
+"""A node that stops answering: real paramiko on both ends, over loopback.
 
 STAND-IN: the server below is a paramiko SSH server in this process, standing in for a node's
-sshd that a crash (or memory pressure) stops while the TCP connection stays open, as qemu's user
-network or a bastion keeps it. paramiko's client waits for the answer to an exec request with no
-timeout; these tests fail (by their own join timeout) if the deadline does not end that wait.
+sshd that a crash, memory pressure or SIGSTOP silences while the TCP connection stays open (the
+node's kernel still acknowledges every packet, or qemu's user network or a bastion keeps the
+connection). paramiko's client waits for the answer to an exec request with no timeout; these
+tests fail (by their own join timeout) if nothing ends that wait. The same fault on a real node's
+sshd, mid-apply, is in tests/sandbox/test_faults.py.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from collections.abc import Iterator
 import paramiko
 import pytest
 
-from sparkguard.run import node_lock, ssh_deadline
+from sparkguard.run import liveness, node_lock, ssh_deadline
 
 HOST_KEY = paramiko.RSAKey.generate(2048)
 
@@ -28,11 +30,17 @@ class Node(paramiko.ServerInterface):
     """
 
     def __init__(self, answer: bytes | None, release: threading.Event,
-                 refusal: tuple[int, bytes] | None = None) -> None:
+                 refusal: tuple[int, bytes] | None = None, alive: bool = True) -> None:
         self.answer = answer
         self.release = release
         self.refusal = refusal
+        self.alive = alive
         self.channels: list[paramiko.Channel] = []
+
+    def check_global_request(self, kind, msg):
+        if not self.alive:
+            self.release.wait(60)  # a stalled sshd: the liveness request is never answered
+        return False  # what OpenSSH answers to keepalive@openssh.com: a refusal, which is an answer
 
     def get_allowed_auths(self, username):
         return "password"
@@ -69,7 +77,8 @@ def node() -> Iterator[callable]:
     clients: list[paramiko.SSHClient] = []
     opened: list[paramiko.Channel | None] = []
 
-    def connect(answer: bytes | None, refusal: tuple[int, bytes] | None = None) -> paramiko.SSHClient:
+    def connect(answer: bytes | None, refusal: tuple[int, bytes] | None = None,
+                alive: bool = True) -> paramiko.SSHClient:
         listener = socket.create_server(("127.0.0.1", 0))
         port = listener.getsockname()[1]
 
@@ -79,7 +88,7 @@ def node() -> Iterator[callable]:
             transport = paramiko.Transport(conn)
             transport.add_server_key(HOST_KEY)
             transports.append(transport)
-            transport.start_server(server=Node(answer, release, refusal))
+            transport.start_server(server=Node(answer, release, refusal, alive))
             opened.append(transport.accept(30))  # kept: a dropped server channel closes itself
 
         threading.Thread(target=serve, daemon=True).start()
@@ -125,7 +134,7 @@ def test_paramiko_alone_waits_on_a_silent_node_the_reason_for_the_deadline(node)
     def request():
         try:
             client.exec_command("true", timeout=1)  # its timeout bounds reads, not the request
-        except paramiko.SSHException as error:
+        except (paramiko.SSHException, EOFError) as error:  # which one depends on who noticed the close first
             ended.append(error)
 
     worker = threading.Thread(target=request, daemon=True)
@@ -148,7 +157,7 @@ def test_the_deadline_ends_an_exec_request_the_node_never_answers_with_the_calle
 
     error, seconds = in_thread(run)
     assert error is late
-    assert isinstance(error.__cause__, paramiko.SSHException)  # what paramiko raised once the connection closed
+    assert isinstance(error.__cause__, (paramiko.SSHException, EOFError))  # what paramiko raised on the close
     assert 1.4 < seconds < 10
 
 
@@ -204,3 +213,37 @@ def test_a_lock_request_that_prints_nothing_says_what_the_node_said(node):
     assert str(error) == (f"the node's apply lock {node_lock.LOCK_FILE} could not be taken "
                           "(exit 1: sudo: a password is required)" + node_lock.SUDO_HINT)
     assert not error.held_elsewhere
+
+
+def test_a_node_whose_sshd_stops_answering_has_its_connection_closed_and_is_named(node):
+    client = node(answer=None, alive=False)  # a command is running (never answered) and sshd is stalled
+    watches = liveness.watch_clients({"node-7": client, "local": None}, silence_s=1.0, interval_s=0.2)
+    try:
+        error, seconds = in_thread(lambda: client.exec_command("apt-get install earlyoom"))
+        assert isinstance(error, (paramiko.SSHException, EOFError)), error
+        assert seconds < 10
+        assert watches.silent() == {"node-7"}
+        assert not client.get_transport().is_active()
+    finally:
+        watches.stop()
+
+
+def test_a_node_that_answers_is_left_alone_while_a_long_command_runs(node):
+    client = node(answer=None, alive=True)  # the command takes long; sshd still answers
+    watch = liveness.Watch("node-1", client.get_transport(), silence_s=1.0, interval_s=0.2)
+    try:
+        time.sleep(2.5)
+        assert client.get_transport().is_active()
+        assert not watch.went_silent
+    finally:
+        watch.stop()
+
+
+def test_the_silence_paragraph_names_the_wait_and_what_to_do():
+    text = liveness.silence_paragraph(120)
+    assert "unanswered for 120 s (SPARKGUARD_SSH_SILENCE_S)" in text and "console or BMC" in text
+
+
+def test_a_short_silence_is_asked_about_at_least_three_times():
+    assert liveness.interval(120) == liveness.INTERVAL_S == 10
+    assert liveness.interval(5) == pytest.approx(5 / 3)
