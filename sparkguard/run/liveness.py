@@ -24,12 +24,12 @@ import paramiko
 from . import ssh_deadline
 
 INTERVAL_S = 10.0
+REQUEST = "keepalive@openssh.com"
 
 
 def interval(silence_s: float) -> float:
     """How often to ask: every 10 s, and at least three times within a shorter silence."""
     return min(INTERVAL_S, silence_s / 3)
-REQUEST = "keepalive@openssh.com"
 
 
 class _Silent(Exception):
