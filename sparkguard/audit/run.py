@@ -28,7 +28,7 @@ from ..engine.render import host_states
 from ..inventory.loader import Inventory
 from ..inventory.selection import select_hosts
 from ..run import liveness, tunables
-from ..run.runner import ConnectErrors, connect_hosts, explain_connect_error, quiet_pyinfra, ssh_client
+from ..run.runner import ConnectErrors, connect_hosts, explain_connect_error, quiet_greenlets, quiet_pyinfra, ssh_client
 from .judge import evaluate
 from .probe import AuditProbe, build_probe, probe_states
 from .result import COMMANDS_PER_HOST, AuditResult, HostAudit
@@ -63,7 +63,7 @@ def run_audit(inventory: Inventory, limit: list[str] | None = None, verbose: boo
                 output = get_fact(state, host, AuditProbe, kwargs={"script": scripts[host.name]})
             return host.name, output, time.monotonic() - began
 
-        with ctx_state.use(state):
+        with ctx_state.use(state), quiet_greenlets(not verbose):
             greenlets = [state.pool.spawn(probe, host) for host in state.inventory.get_active_hosts()
                          if host.name not in errors.errors]
             state.pool.join()

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -239,7 +240,8 @@ def _run_deploy(inventory: Inventory, deploy_factory: Callable[[], Callable[[], 
         if not dry:
             state.set_stage(StateStage.Execute)
             try:
-                run_ops(state)
+                with quiet_greenlets(not verbose):
+                    run_ops(state)
             except PyinfraError:
                 pass  # "No hosts remaining!": every host failed an operation; reported per host below
         return _collect(state, entries, run, dry, unreachable, silent=watches.silent(), silence_s=silence_s)
@@ -272,28 +274,43 @@ def connection_problems(entries: list[InventoryHost]) -> list[Problem]:
     return problems
 
 
+@contextmanager
+def quiet_greenlets(quiet: bool = True) -> Iterator[None]:
+    """No greenlet tracebacks on the operator's terminal while pyinfra's greenlets run (unless not ``quiet``).
+
+    gevent prints the traceback of every greenlet that ends in an exception. pyinfra's do when a host
+    fails mid-run (a connection lost or cut off: "No hosts remaining!"), and the run reports each host's
+    failure itself, in words.
+    """
+    import gevent
+
+    hub = gevent.get_hub()
+    stream = hub.exception_stream
+    if quiet:
+        hub.exception_stream = None
+    try:
+        yield
+    finally:
+        hub.exception_stream = stream
+
+
 def connect_hosts(state: State, entries: list[InventoryHost], errors: ConnectErrors) -> None:
     """Connect every host; a host that did not connect, for whatever reason, is in ``errors`` (fail closed).
 
     pyinfra re-raises some connect failures (a key it cannot load) out of ``connect_all`` instead of
     reporting them per host, and leaves the host merely inactive: never let that read as "ok".
     """
-    import gevent
-
     problems = connection_problems(entries)
     if problems:
         raise ConfigError(problems)
-    hub = gevent.get_hub()
-    stream, hub.exception_stream = hub.exception_stream, None   # no greenlet tracebacks on the terminal
     failure = ""
     try:
-        connect_all(state)
+        with quiet_greenlets():
+            connect_all(state)
     except PyinfraError as error:
         failure = str(error)  # "No hosts remaining!" or the first host's own error
     except Exception as error:  # noqa: BLE001 - a connector bug must still fail closed, with its message
         failure = f"{type(error).__name__}: {error}"
-    finally:
-        hub.exception_stream = stream
     for entry in entries:
         host = state.inventory.get_host(entry.name)
         if not host.connected and entry.name not in errors.errors:

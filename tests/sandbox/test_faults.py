@@ -190,6 +190,7 @@ def test_dropped_connection_is_a_failed_apply_and_the_next_one_converges(faults)
     out, err = process.communicate(timeout=300)
     record("SSH connection dropped", injected=1)
     assert process.returncode != 0, out[-2000:]
+    assert "Traceback" not in err, err[-3000:]
     if out.strip().startswith("{"):
         report = json.loads(out)
         assert not report["ok"] and any(not h["ok"] for h in report["hosts"])

@@ -250,3 +250,23 @@ def test_the_silence_paragraph_names_the_wait_and_what_to_do():
 def test_a_short_silence_is_asked_about_at_least_three_times():
     assert liveness.interval(120) == liveness.INTERVAL_S == 10
     assert liveness.interval(5) == pytest.approx(5 / 3)
+
+
+@pytest.mark.parametrize("quiet", [True, False])
+def test_a_host_greenlet_that_fails_prints_no_traceback_unless_verbose(quiet, capfd):
+    """What pyinfra's greenlet for a host cut off mid-operation does: end in PyinfraError("No hosts remaining!").
+
+    gevent prints such a greenlet's traceback on stderr; the run reports the host in words instead.
+    """
+    import gevent
+    from pyinfra.api.exceptions import PyinfraError
+
+    from sparkguard.run.runner import quiet_greenlets
+
+    def host_operation():
+        raise PyinfraError("No hosts remaining!")
+
+    with quiet_greenlets(quiet):
+        gevent.spawn(host_operation).join()
+    printed = capfd.readouterr().err
+    assert ("Traceback" in printed) is not quiet, printed
