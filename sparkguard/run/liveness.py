@@ -59,6 +59,8 @@ class Watch:
                     self.transport.global_request(REQUEST, wait=True)
             except _Silent:
                 return
+            except Exception:  # noqa: BLE001 - the connection broke under the request: nothing left to watch,
+                return  # and the run reports that host's failure itself (a thread's traceback would say nothing more)
 
     def _silent(self) -> None:
         self.went_silent = True  # before the connection closes: the run reads it once its waits end

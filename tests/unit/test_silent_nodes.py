@@ -270,3 +270,23 @@ def test_a_host_greenlet_that_fails_prints_no_traceback_unless_verbose(quiet, ca
         gevent.spawn(host_operation).join()
     printed = capfd.readouterr().err
     assert ("Traceback" in printed) is not quiet, printed
+
+
+def test_a_connection_that_breaks_under_a_request_ends_the_watch_quietly(monkeypatch):
+    """The run's own disconnect (or a reset) can close the socket while a request is being written."""
+    class Breaking:
+        def is_active(self):
+            return True
+
+        def global_request(self, kind, wait):
+            raise EOFError()
+
+        def close(self):
+            pass
+
+    unhandled = []
+    monkeypatch.setattr(threading, "excepthook", unhandled.append)
+    watch = liveness.Watch("node-1", Breaking(), silence_s=5, interval_s=0.01)
+    watch._thread.join(5)
+    assert not watch._thread.is_alive() and not watch.went_silent
+    assert unhandled == []
