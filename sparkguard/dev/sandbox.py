@@ -117,6 +117,25 @@ def pid_alive(pid: int) -> bool:
     return "State:\tZ" not in status
 
 
+def start_time(pid: int) -> int | None:
+    """When the process started (clock ticks since boot, /proc/PID/stat field 22); None if it is gone.
+
+    With its PID it names one process: PIDs wrap around (pid_max is 32768 on many hosts, and a full test
+    run wraps it), so a PID freed by ``down`` can already belong to another program. A full run once
+    reported one of a node's PIDs alive after ``down``; a reused PID is the likely reading (not proven).
+    """
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def still_running(processes: dict[int, int | None]) -> list[int]:
+    """The PIDs of ``processes`` (PID -> start time) that still run as the same process."""
+    return [pid for pid, started in processes.items()
+            if started is not None and pid_alive(pid) and start_time(pid) == started]
+
+
 def _run(cmd: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
     return run_tool(cmd, SandboxError, "sandbox", "debootstrap, systemd-container and openssh-client "
                     "(the README's first command does)", **kwargs)
@@ -413,7 +432,7 @@ def _stop(node: Node, timeout: float = 20, poweroff_s: float = 20) -> None:
         # leaves it running, orphaned, with everything under it (seen on arm64 nodes, whose emulated poweroff
         # outlasts the timeout: their systemd and journald stayed after every `down`). Kill what is inside
         # first; a SIGKILL to a PID namespace's init ends everything in it.
-        inside = node_processes(pid)
+        inside = {process: start_time(process) for process in node_processes(pid)}
         for process in inside:
             _kill(process)
         try:
@@ -423,7 +442,7 @@ def _stop(node: Node, timeout: float = 20, poweroff_s: float = 20) -> None:
         while node.alive():
             time.sleep(0.1)
         deadline = time.time() + timeout
-        while time.time() < deadline and any(pid_alive(process) for process in inside):
+        while time.time() < deadline and still_running(inside):
             time.sleep(0.1)
     _reap(pid)
 

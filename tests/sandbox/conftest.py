@@ -138,12 +138,13 @@ def booted_sandbox(tmp_path_factory, release: str, net: str, nodes: int, arch: s
         yield SandboxHandle(state_dir, inventory_dir, box.nodes)
     finally:
         box = sandbox.Sandbox.load(state_dir)
-        inside = [pid for node in (box.nodes if box else []) if node.alive() for pid in sandbox.node_processes(node.pid)]
+        inside = {pid: sandbox.start_time(pid) for node in (box.nodes if box else []) if node.alive()
+                  for pid in sandbox.node_processes(node.pid)}
         sandbox.down(state_dir, log=lambda *_: None)
         remaining = leftovers(state_dir)
         assert remaining == [], f"sandbox down left things behind: {remaining}"
         # What ran inside a node names no state dir (an emulated node's systemd is "qemu-aarch64 .../systemd").
-        survivors = [pid for pid in inside if sandbox.pid_alive(pid)]
+        survivors = sandbox.still_running(inside)  # by PID and start time: a reused PID is not a survivor
         assert survivors == [], f"sandbox down left processes of its nodes running: {survivors}"
         assert not (inventory_dir / "hosts.yml").exists()
 
