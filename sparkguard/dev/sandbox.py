@@ -125,9 +125,14 @@ def start_time(pid: int) -> int | None:
     reported one of a node's PIDs alive after ``down``; a reused PID is the likely reading (not proven).
     """
     try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+        return int(_stat_fields(pid)[19])
     except (OSError, ValueError, IndexError):
         return None
+
+
+def _stat_fields(pid: int) -> list[str]:
+    """/proc/PID/stat from its third field (state) on: what follows the command name, which may hold spaces."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
 
 
 def still_running(processes: dict[int, int | None]) -> list[int]:
@@ -453,7 +458,7 @@ def node_processes(nspawn_pid: int) -> list[int]:
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                parents[int(entry.name)] = int(_stat_fields(int(entry.name))[1])
             except (OSError, ValueError, IndexError):
                 pass
     inside: set[int] = set()
