@@ -15,7 +15,6 @@ from __future__ import annotations
 import time
 
 from pyinfra.api import Config, State
-from pyinfra.api import Inventory as PyinfraInventory
 from pyinfra.api.connect import disconnect_all
 from pyinfra.api.facts import get_fact
 from pyinfra.api.host import Host
@@ -27,7 +26,7 @@ from ..engine.probe import parse_output
 from ..engine.render import host_states
 from ..inventory.loader import Inventory
 from ..inventory.selection import select_hosts
-from ..run import liveness, tunables
+from ..run import connection, liveness, tunables
 from ..run.runner import ConnectErrors, connect_hosts, explain_connect_error, quiet_greenlets, quiet_pyinfra, ssh_client
 from .judge import evaluate
 from .probe import AuditProbe, build_probe, probe_states
@@ -45,7 +44,7 @@ def run_audit(inventory: Inventory, limit: list[str] | None = None, verbose: boo
     get_host_keys.cache.clear()
     entries = select_hosts(inventory, limit)
     scripts = {e.name: build_probe(e, probe_states(e)) for e in entries}
-    py_inventory = PyinfraInventory(([(h.name, h.pyinfra_data()) for h in entries], {}))
+    py_inventory = connection.inventory([(h.name, h.pyinfra_data()) for h in entries])
     state = State()
     state.init(py_inventory, Config(CONNECT_TIMEOUT=connect_timeout))
     errors = ConnectErrors()
@@ -82,6 +81,9 @@ def run_audit(inventory: Inventory, limit: list[str] | None = None, verbose: boo
                 audit.add("ssh: reachable", False, "connected", explained)
             elif name in watches.silent():
                 audit.add("ssh: answering", False, "answering", liveness.silence_paragraph(silence_s)
+                          + ". Nothing was audited on it.")
+            elif connection.lost(state, name):
+                audit.add("ssh: connected", False, "connected", connection.lost(state, name)
                           + ". Nothing was audited on it.")
             elif not audit.checks:
                 audit.add("ssh: probe", False, "probe ran", "the probe failed on the node (run with -v)")

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from pyinfra.api import Config, State
-from pyinfra.api import Inventory as PyinfraInventory
 from pyinfra.api.connect import connect_all, disconnect_all
 from pyinfra.api.deploy import add_deploy
 from pyinfra.api.exceptions import PyinfraError
@@ -32,8 +31,8 @@ from ..errors import ConfigError, ConnectError, NodeBusyError, Problem
 from ..facts import NodeInfo
 from ..inventory.loader import Inventory, InventoryHost
 from ..inventory.selection import select_hosts
+from . import connection, liveness, node_lock, tunables
 from . import context as run_context
-from . import liveness, node_lock, tunables
 from .context import RunContext
 
 
@@ -211,7 +210,7 @@ def _run_deploy(inventory: Inventory, deploy_factory: Callable[[], Callable[[], 
     groups: dict[str, tuple[list[str], dict[str, Any]]] = {
         g: ([m for m in members if any(e.name == m for e in entries)], {})
         for g, members in inventory.groups.items() if g != "all"}
-    py_inventory = PyinfraInventory(([(h.name, h.pyinfra_data()) for h in entries], {}), **groups)
+    py_inventory = connection.inventory([(h.name, h.pyinfra_data()) for h in entries], **groups)
     config = Config(CONNECT_TIMEOUT=connect_timeout)
     state = State(check_for_changes=dry)
     errors = ConnectErrors()
@@ -395,6 +394,8 @@ def _collect(state: State, entries: list[InventoryHost], run: RunContext, dry: b
                 result.changed_names += reported_names(name, host.name, op_hash)
         if silent and entry.name in silent:  # first: every error after it is what the closed connection did
             result.errors.insert(0, liveness.silence_paragraph(silence_s))
+        elif connection.lost(state, entry.name):
+            result.errors.insert(0, connection.lost(state, entry.name))
         if (failed_before or host in state.failed_hosts) and not result.errors:
             result.errors.append("host failed during the run (see -v output)")
         # Fail closed: a host on which nothing ran, or less than was planned, is not "ok".

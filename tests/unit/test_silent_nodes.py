@@ -10,7 +10,7 @@ sshd, mid-apply, is in tests/sandbox/test_faults.py.
 
 from __future__ import annotations
 
-import socket
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -19,11 +19,10 @@ import paramiko
 import pytest
 
 from sparkguard.run import liveness, node_lock, ssh_deadline
+from tests import ssh_stub
 
-HOST_KEY = paramiko.RSAKey.generate(2048)
 
-
-class Node(paramiko.ServerInterface):
+class Node(ssh_stub.Accepting):
     """Accepts any password; answers an exec request only when ``answer`` is set.
 
     With ``refusal`` (exit status, stderr) the command prints ``answer``, that on stderr and exits.
@@ -41,15 +40,6 @@ class Node(paramiko.ServerInterface):
         if not self.alive:
             self.release.wait(60)  # a stalled sshd: the liveness request is never answered
         return False  # what OpenSSH answers to keepalive@openssh.com: a refusal, which is an answer
-
-    def get_allowed_auths(self, username):
-        return "password"
-
-    def check_auth_password(self, username, password):
-        return paramiko.AUTH_SUCCESSFUL
-
-    def check_channel_request(self, kind, chanid):
-        return paramiko.OPEN_SUCCEEDED
 
     def check_channel_exec_request(self, channel, command):
         if self.answer is None:
@@ -82,23 +72,12 @@ def node() -> Iterator[callable]:
 
     def connect(answer: bytes | None, refusal: tuple[int, bytes] | None = None,
                 alive: bool = True) -> paramiko.SSHClient:
-        listener = socket.create_server(("127.0.0.1", 0))
-        port = listener.getsockname()[1]
-
-        def serve():
-            conn, _ = listener.accept()
-            listener.close()
-            transport = paramiko.Transport(conn)
-            transport.add_server_key(HOST_KEY)
+        def started(transport: paramiko.Transport, _socket) -> None:
             transports.append(transport)
-            transport.start_server(server=Node(answer, release, refusal, alive))
-            opened.append(transport.accept(30))  # kept: a dropped server channel closes itself
+            # The server's channel is kept: a dropped server channel closes itself.
+            threading.Thread(target=lambda: opened.append(transport.accept(30)), daemon=True).start()
 
-        threading.Thread(target=serve, daemon=True).start()
-        client = paramiko.SSHClient()
-        client.set_missing_host_key_policy(paramiko.AutoAddPolicy())
-        client.connect("127.0.0.1", port=port, username="operator", password="x", look_for_keys=False,
-                       allow_agent=False, timeout=10)
+        client = ssh_stub.client(ssh_stub.serve(Node(answer, release, refusal, alive), started))
         clients.append(client)
         return client
 
@@ -253,7 +232,7 @@ def test_a_short_silence_is_asked_about_at_least_three_times():
 
 
 @pytest.mark.parametrize("quiet", [True, False])
-def test_a_host_greenlet_that_fails_prints_no_traceback_unless_verbose(quiet, capfd):
+def test_a_host_greenlet_that_fails_prints_no_traceback_unless_verbose(quiet, capsys, monkeypatch):
     """What pyinfra's greenlet for a host cut off mid-operation does: end in PyinfraError("No hosts remaining!").
 
     gevent prints such a greenlet's traceback on stderr; the run reports the host in words instead.
@@ -266,9 +245,12 @@ def test_a_host_greenlet_that_fails_prints_no_traceback_unless_verbose(quiet, ca
     def host_operation():
         raise PyinfraError("No hosts remaining!")
 
+    # The hub keeps the stderr of the moment it was made, which an earlier test in this process may have
+    # captured: this test's stderr is where it prints now, as the operator's terminal is in a run.
+    monkeypatch.setattr(gevent.get_hub(), "exception_stream", sys.stderr)
     with quiet_greenlets(quiet):
         gevent.spawn(host_operation).join()
-    printed = capfd.readouterr().err
+    printed = capsys.readouterr().err
     assert ("Traceback" in printed) is not quiet, printed
 
 

@@ -1,0 +1,182 @@
+"""A node's SSH connection that ends mid-run fails that host, with a report, and the other hosts go on.
+
+Real pyinfra (its state, an operation, ``run_ops``) and real paramiko on both ends; the nodes are
+STAND-INs (tests/ssh_stub.py): one sshd answers every command, the other drops the connection
+when a command's channel is opened, as a node does whose sshd is killed or which reboots between
+two commands. The same fault on a real node's sshd, mid-apply, is in tests/sandbox/test_faults.py.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from types import SimpleNamespace
+
+import paramiko
+import pytest
+from pyinfra.api import Config, State
+from pyinfra.api import Inventory as PyinfraInventory
+from pyinfra.api.command import StringCommand
+from pyinfra.api.operation import add_op
+from pyinfra.api.operations import run_ops
+from pyinfra.api.state import StateStage
+from pyinfra.operations import server
+
+from sparkguard.run import connection, runner
+from sparkguard.run import context as run_context
+from sparkguard.run.runner import quiet_greenlets
+from tests import ssh_stub
+
+
+class Answering(ssh_stub.Accepting):
+    """Runs every command as `echo ok`, exit 0."""
+
+    def check_channel_exec_request(self, channel, command):
+        def reply():
+            time.sleep(0.2)  # after the server's "request accepted", which this method's caller sends on return
+            channel.sendall(b"ok\n")
+            channel.send_exit_status(0)
+            channel.close()
+
+        threading.Thread(target=reply, daemon=True).start()
+        return True
+
+
+class Dropping(ssh_stub.Accepting):
+    """Ends the connection (its socket, from the node's side) when a channel is asked for."""
+
+    def __init__(self) -> None:
+        self.socket: socket.socket | None = None
+
+    def check_channel_request(self, kind, chanid):
+        assert self.socket is not None
+        self.socket.shutdown(socket.SHUT_RDWR)
+        return paramiko.OPEN_FAILED_ADMINISTRATIVELY_PROHIBITED
+
+
+@pytest.fixture
+def two_nodes():
+    """A pyinfra state of two connected hosts, 'dropping' and 'answering'; yields a function of the
+    inventory maker (ours or pyinfra's own) that returns the state with one shell operation added."""
+    opened: list[tuple[paramiko.SSHClient, paramiko.Transport]] = []
+
+    def make(inventory_of) -> State:
+        state = State()
+        state.init(inventory_of([("dropping", {}), ("answering", {})]), Config())
+        for name, interface in (("dropping", Dropping()), ("answering", Answering())):
+            transports: list[paramiko.Transport] = []
+
+            def started(transport, sock, interface=interface, transports=transports):
+                transports.append(transport)
+                if isinstance(interface, Dropping):
+                    interface.socket = sock
+
+            host = state.inventory.get_host(name)
+            host.connector.client = ssh_stub.client(ssh_stub.serve(interface, started))
+            host.connected = True
+            state.activate_host(host)
+            opened.append((host.connector.client, transports[0]))
+        state.set_stage(StateStage.Prepare)
+        add_op(state, server.shell, name="say ok", commands=["echo ok"])
+        state.set_stage(StateStage.Execute)
+        return state
+
+    yield make
+    for client, transport in opened:
+        client.close()
+        transport.close()
+
+
+def op_result(state: State, name: str):
+    host = state.inventory.get_host(name)
+    (op_hash,) = state.get_op_order()
+    return host, state.ops[host][op_hash].operation_meta
+
+
+def test_pyinfra_alone_stops_every_host_with_a_traceback_the_reason_for_the_connector(two_nodes):
+    """Fails once pyinfra handles the EOFError itself (pyinfra-dev/pyinfra#1220): the connector can then go."""
+    state = two_nodes(lambda hosts: PyinfraInventory((hosts, {})))
+    with quiet_greenlets(), pytest.raises(EOFError):
+        run_ops(state)
+
+
+def test_a_dropped_connection_fails_that_host_only_and_says_so(two_nodes):
+    state = two_nodes(connection.inventory)
+    with quiet_greenlets():
+        run_ops(state)  # nothing escapes: the one host fails, the run goes on
+    dropped, meta = op_result(state, "dropping")
+    assert dropped in state.failed_hosts and meta.did_error()
+    answering, meta = op_result(state, "answering")
+    assert answering not in state.failed_hosts and meta.is_complete() and not meta.did_error()
+    assert meta.stdout_lines == ["ok"]
+    said = connection.lost(state, "dropping")
+    assert said.startswith("the SSH connection to the node ended during the run (EOFError")
+    assert "rebooted" in said
+    assert connection.lost(state, "answering") == ""
+    # A later command on the gone connection fails on its own terms; the first cause is what is reported.
+    with pytest.raises(paramiko.SSHException):
+        dropped.run_shell_command(StringCommand("true"))
+    assert connection.lost(state, "dropping") == said
+
+
+def test_a_failed_command_on_a_live_connection_is_no_lost_connection(two_nodes):
+    state = two_nodes(connection.inventory)
+    connector = state.inventory.get_host("answering").connector
+    with pytest.raises(TimeoutError):
+        connector._guarded(_raise(TimeoutError("the command's own timeout")))
+    assert connector.lost == ""
+
+
+def test_a_command_cut_off_by_the_close_is_a_lost_connection(two_nodes):
+    state = two_nodes(connection.inventory)
+    connector = state.inventory.get_host("answering").connector
+
+    def closed_while_running():
+        connector.client.close()
+        return False, []  # what pyinfra returns for a command whose channel closed under it
+
+    assert connector._guarded(closed_while_running) == (False, [])
+    assert connector.lost.endswith("(closed while a command ran): the node rebooted, its sshd was restarted or "
+                                    "killed, or the network dropped the connection")
+
+
+def test_only_ssh_hosts_get_the_connector():
+    made = connection.inventory([("node-1", {}), ("@local", {})])
+    assert made.get_host("node-1").connector_cls is connection.SSHConnector
+    assert made.get_host("@local").connector_cls is not connection.SSHConnector
+
+
+def _raise(error: BaseException):
+    def call():
+        raise error
+
+    return call
+
+
+def test_a_command_woken_by_the_close_before_the_transport_turns_inactive_is_a_lost_connection(two_nodes):
+    """paramiko's transport thread records why the connection ended, wakes the channels' readers, and only
+    then marks itself inactive: the command can return in between."""
+    state = two_nodes(connection.inventory)
+    connector = state.inventory.get_host("answering").connector
+    transport = connector.client.get_transport()
+
+    def woken_by_the_close():
+        transport.saved_exception = EOFError()  # what the thread records first
+        return False, []
+
+    assert transport.is_active()
+    connector._guarded(woken_by_the_close)
+    assert "(closed while a command ran)" in connector.lost
+
+
+def test_the_report_names_the_lost_connection_first_and_the_other_host_is_applied(two_nodes):
+    state = two_nodes(connection.inventory)
+    with quiet_greenlets():
+        run_ops(state)
+    entries = [SimpleNamespace(name="dropping"), SimpleNamespace(name="answering")]
+    dropped, answering = runner._collect(state, entries, run_context.begin(), dry=False).hosts
+    assert dropped.errors[0] == connection.lost(state, "dropping")
+    assert dropped.errors[1].startswith("operation 'say ok' failed")
+    assert dropped.errors[-1].startswith("Operations listed as changed were applied")
+    assert not answering.errors and answering.changed == 1
