@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from collections.abc import Callable
 
 import paramiko
@@ -59,3 +60,46 @@ def client(port: int) -> paramiko.SSHClient:
     made.connect("127.0.0.1", port=port, username="operator", password="x", look_for_keys=False,
                  allow_agent=False, timeout=10)
     return made
+
+
+class Answering(Accepting):
+    """Runs every command as `echo ok`, exit 0."""
+
+    def check_channel_exec_request(self, channel, command):
+        def reply():
+            time.sleep(0.2)  # after the server's "request accepted", which this method's caller sends on return
+            channel.sendall(b"ok\n")
+            channel.send_exit_status(0)
+            channel.close()
+
+        threading.Thread(target=reply, daemon=True).start()
+        return True
+
+
+class Dropping(Accepting):
+    """Ends the connection (its socket, from the node's side) when a channel is asked for."""
+
+    def __init__(self) -> None:
+        self.socket: socket.socket | None = None
+
+    def check_channel_request(self, kind, chanid):
+        assert self.socket is not None
+        self.socket.shutdown(socket.SHUT_RDWR)
+        return paramiko.OPEN_FAILED_ADMINISTRATIVELY_PROHIBITED
+
+
+def attach(state, name: str, interface: paramiko.ServerInterface) -> tuple[paramiko.SSHClient, paramiko.Transport]:
+    """Connect pyinfra's host ``name`` in ``state`` to a stand-in answered by ``interface``, as pyinfra's own
+    connect would have; return the client and the server's transport (to close at the end)."""
+    transports: list[paramiko.Transport] = []
+
+    def started(transport: paramiko.Transport, sock: socket.socket) -> None:
+        transports.append(transport)
+        if isinstance(interface, Dropping):
+            interface.socket = sock
+
+    host = state.inventory.get_host(name)
+    host.connector.client = client(serve(interface, started))
+    host.connected = True
+    state.activate_host(host)
+    return host.connector.client, transports[0]

@@ -8,9 +8,6 @@ two commands. The same fault on a real node's sshd, mid-apply, is in tests/sandb
 
 from __future__ import annotations
 
-import socket
-import threading
-import time
 from types import SimpleNamespace
 
 import paramiko
@@ -29,32 +26,6 @@ from sparkguard.run.runner import quiet_greenlets
 from tests import ssh_stub
 
 
-class Answering(ssh_stub.Accepting):
-    """Runs every command as `echo ok`, exit 0."""
-
-    def check_channel_exec_request(self, channel, command):
-        def reply():
-            time.sleep(0.2)  # after the server's "request accepted", which this method's caller sends on return
-            channel.sendall(b"ok\n")
-            channel.send_exit_status(0)
-            channel.close()
-
-        threading.Thread(target=reply, daemon=True).start()
-        return True
-
-
-class Dropping(ssh_stub.Accepting):
-    """Ends the connection (its socket, from the node's side) when a channel is asked for."""
-
-    def __init__(self) -> None:
-        self.socket: socket.socket | None = None
-
-    def check_channel_request(self, kind, chanid):
-        assert self.socket is not None
-        self.socket.shutdown(socket.SHUT_RDWR)
-        return paramiko.OPEN_FAILED_ADMINISTRATIVELY_PROHIBITED
-
-
 @pytest.fixture
 def two_nodes():
     """A pyinfra state of two connected hosts, 'dropping' and 'answering'; yields a function of the
@@ -64,19 +35,8 @@ def two_nodes():
     def make(inventory_of) -> State:
         state = State()
         state.init(inventory_of([("dropping", {}), ("answering", {})]), Config())
-        for name, interface in (("dropping", Dropping()), ("answering", Answering())):
-            transports: list[paramiko.Transport] = []
-
-            def started(transport, sock, interface=interface, transports=transports):
-                transports.append(transport)
-                if isinstance(interface, Dropping):
-                    interface.socket = sock
-
-            host = state.inventory.get_host(name)
-            host.connector.client = ssh_stub.client(ssh_stub.serve(interface, started))
-            host.connected = True
-            state.activate_host(host)
-            opened.append((host.connector.client, transports[0]))
+        for name, interface in (("dropping", ssh_stub.Dropping()), ("answering", ssh_stub.Answering())):
+            opened.append(ssh_stub.attach(state, name, interface))
         state.set_stage(StateStage.Prepare)
         add_op(state, server.shell, name="say ok", commands=["echo ok"])
         state.set_stage(StateStage.Execute)
@@ -180,3 +140,27 @@ def test_the_report_names_the_lost_connection_first_and_the_other_host_is_applie
     assert dropped.errors[1].startswith("operation 'say ok' failed")
     assert dropped.errors[-1].startswith("Operations listed as changed were applied")
     assert not answering.errors and answering.changed == 1
+
+
+def test_the_audit_of_a_node_whose_connection_ends_names_it(inventory_dir, monkeypatch):
+    """The audit's one probe meets the dropped connection: a failed "ssh: connected" check, in words."""
+    from sparkguard.audit import run as audit_run
+    from sparkguard.inventory.loader import load_inventory
+    from tests.unit.test_schema import GOOD
+
+    opened = []
+
+    def connect_to_the_stand_in(state, entries, errors):
+        opened.append(ssh_stub.attach(state, entries[0].name, ssh_stub.Dropping()))
+
+    monkeypatch.setattr(audit_run, "connect_hosts", connect_to_the_stand_in)
+    try:
+        (host,) = audit_run.run_audit(load_inventory(inventory_dir(GOOD))).hosts
+    finally:
+        for client, transport in opened:
+            client.close()
+            transport.close()
+    failed = [check for check in host.checks if not check.ok]
+    assert [check.name for check in failed] == ["ssh: connected"], failed
+    assert failed[0].actual.startswith("the SSH connection to the node ended during the run (EOFError")
+    assert failed[0].actual.endswith("Nothing was audited on it.")
