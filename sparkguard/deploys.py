@@ -73,6 +73,8 @@ def _deploy_for(name: str) -> Callable[..., None]:
     def apply(settings: Mapping[str, Any] | None = None, node: Mapping[str, Any] | None = None) -> None:
         config = role_config(host.name, name, settings, node)
         info = current_node_info(config)
+        if info is None:
+            return  # the node could not be read: nothing is planned for it, and the report says why
         problems = check_node(host.name, config, info) + role_preflight(host.name, config, info)
         if problems:
             raise PreflightError(problems)

@@ -98,16 +98,22 @@ def role_preflight(host_name: str, config: HostConfig, info: NodeInfo) -> list[P
     return problems
 
 
-def current_node_info(config: HostConfig) -> NodeInfo:
+def current_node_info(config: HostConfig) -> NodeInfo | None:
     """The node's facts, from this run's snapshot of it (one round trip that also reads every role's state);
-    kept in the run's context for the report."""
+    kept in the run's context for the report.
+
+    None when pyinfra failed the host while reading it (its connection ended): nothing is planned for it, as
+    nothing would run, and nothing is checked against facts that were never read; the report says why."""
     info = snapshot.take(host.name, config).info
+    if host in host.state.failed_hosts:
+        return None
     run_context.current().node_info[host.name] = info
     return info
 
 
-def current_context() -> RoleContext:
-    """Validated settings of the current host, checked against the node itself."""
+def current_context() -> RoleContext | None:
+    """Validated settings of the current host, checked against the node itself (None: the node could not be
+    read, see ``current_node_info``)."""
     settings = host.data.get("sparkguard")
     if not settings:
         raise PyinfraError(
@@ -116,6 +122,8 @@ def current_context() -> RoleContext:
         )
     config = host_config_model().model_validate(settings)
     info = current_node_info(config)
+    if info is None:
+        return None
     problems = check_node(host.name, config, info) + role_preflight(host.name, config, info)
     if problems:
         raise PreflightError(problems)
@@ -350,7 +358,7 @@ def role_deploy(role: Role) -> Callable[..., Any]:
     @deploy(f"sparkguard {role.name}")
     def apply_role() -> None:
         ctx = current_context()
-        if role.enabled(ctx.config):
+        if ctx is not None and role.enabled(ctx.config):
             converge(role.desired_state(ctx))
 
     apply_role.__doc__ = f"Apply role '{role.name}': {role.summary}."
@@ -364,6 +372,8 @@ def site_deploy() -> Callable[..., Any]:
     @deploy("sparkguard site")
     def apply_site() -> None:
         ctx = current_context()
+        if ctx is None:
+            return
         for role in ROLES:
             if role.enabled(ctx.config):
                 converge(role.desired_state(ctx))

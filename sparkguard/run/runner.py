@@ -234,15 +234,13 @@ def _run_deploy(inventory: Inventory, deploy_factory: Callable[[], Callable[[], 
             locks = lock_hosts(state, reached, lock_wait)
 
         state.set_stage(StateStage.Prepare)
-        add_deploy(state, deploy_factory())  # a PreflightError (a ConfigError) leaves here: nothing ran
+        with every_host_failed_is_reported(state):  # a connection that ended while the node was read
+            add_deploy(state, deploy_factory())  # a PreflightError (a ConfigError) leaves here: nothing ran
 
         if not dry:
             state.set_stage(StateStage.Execute)
-            try:
-                with quiet_greenlets(not verbose):
-                    run_ops(state)
-            except PyinfraError:
-                pass  # "No hosts remaining!": every host failed an operation; reported per host below
+            with every_host_failed_is_reported(state), quiet_greenlets(not verbose):
+                run_ops(state)
         return _collect(state, entries, run, dry, unreachable, silent=watches.silent(), silence_s=silence_s)
     finally:
         watches.stop()
@@ -271,6 +269,18 @@ def connection_problems(entries: list[InventoryHost]) -> list[Problem]:
                                         f"directory); nothing was applied to any node",
                                         entry.sources.get(field_name, "")))
     return problems
+
+
+@contextmanager
+def every_host_failed_is_reported(state: State) -> Iterator[None]:
+    """pyinfra raises "No hosts remaining!" once every host has failed (an operation, or reading a fact while
+    the deploy is prepared): a result, which the report gives host by host. Any other PyinfraError, with
+    hosts still active, is a bug and goes up as one."""
+    try:
+        yield
+    except PyinfraError:
+        if state.active_hosts:
+            raise
 
 
 @contextmanager

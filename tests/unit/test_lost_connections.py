@@ -164,3 +164,46 @@ def test_the_audit_of_a_node_whose_connection_ends_names_it(inventory_dir, monke
     assert [check.name for check in failed] == ["ssh: connected"], failed
     assert failed[0].actual.startswith("the SSH connection to the node ended during the run (EOFError")
     assert failed[0].actual.endswith("Nothing was audited on it.")
+
+
+@pytest.mark.parametrize("hosts", [1, 2])
+def test_a_connection_that_ends_while_the_apply_reads_the_node_is_a_failed_host_not_a_traceback(
+        hosts, inventory_dir, monkeypatch):
+    """The cut lands while the deploy is prepared (the one probe that reads the node, right after the lock).
+    pyinfra fails the host: once none is left it raises "No hosts remaining!" out of the deploy (the run
+    reports it host by host), and a host failed while another is still to be read has nothing planned from
+    facts it never read (no preflight verdict on them either)."""
+    from sparkguard.engine.converge import site_deploy
+    from sparkguard.inventory.loader import load_inventory
+    from tests.unit.test_schema import GOOD
+
+    opened = []
+
+    def connect_to_the_stand_ins(state, entries, errors):
+        for entry in entries:
+            opened.append(ssh_stub.attach(state, entry.name, ssh_stub.Dropping()))
+
+    monkeypatch.setattr(runner, "connect_hosts", connect_to_the_stand_ins)
+    monkeypatch.setattr(runner, "lock_hosts", lambda *_: [])  # the lock's own loss is node_lock's (test_silent_nodes)
+    text = GOOD + ("    spark-02:\n      ssh_host: 192.0.2.12\n" if hosts == 2 else "")
+    try:
+        result = runner.run_deploy(load_inventory(inventory_dir(text)), site_deploy)
+    finally:
+        for client, transport in opened:
+            client.close()
+            transport.close()
+    assert len(result.hosts) == hosts
+    for host in result.hosts:
+        assert not host.ok and host.changed == 0 and host.operations == 0, host
+        assert host.errors[0].startswith("the SSH connection to the node ended during the run (EOFError"), host.errors
+        assert host.errors[1] == "no operation was planned or run on this host: it was not applied"
+
+
+def test_only_no_hosts_remaining_is_a_result_any_other_pyinfra_error_goes_up():
+    from pyinfra.api.exceptions import PyinfraError
+
+    with runner.every_host_failed_is_reported(SimpleNamespace(active_hosts=set())):
+        raise PyinfraError("No hosts remaining!")
+    with pytest.raises(PyinfraError, match="a bug"), \
+            runner.every_host_failed_is_reported(SimpleNamespace(active_hosts={"spark-01"})):
+        raise PyinfraError("a bug in an operation's arguments")
