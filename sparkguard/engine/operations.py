@@ -349,16 +349,21 @@ def service_action(service: str, action: str, marker: str) -> Commands:
         run = "systemctl daemon-reload"
     else:
         # A failed action says why in the apply's error: systemctl itself only says "see journalctl", so the
-        # unit's own last lines since the action began follow it on stderr (the error keeps stderr's last lines).
+        # unit's last journal lines since the action began follow it on stderr (the error keeps stderr's last
+        # lines). `-u`, not _SYSTEMD_UNIT=: systemd's own lines about the unit ("Main process exited,
+        # status=1/FAILURE", "Failed to set up credentials") name failures in which the unit's process printed
+        # nothing, or never ran. --sync first: journald may not have written the unit's last lines yet (a failed
+        # Prometheus restart once showed only the old process's first three shutdown lines, 2026-12-07).
         unit = shlex.quote(service)
-        run = (f"t=$(date +%s); systemctl {action} {unit} || {{ rc=$?; journalctl _SYSTEMD_UNIT={unit} --since @$t "
-               f"-n {FAILED_ACTION_LOG_LINES} --no-pager -o cat >&2; exit $rc; }}")
+        run = (f"t=$(date +%s); systemctl {action} {unit} || {{ rc=$?; journalctl --sync 2>/dev/null; "
+               f"journalctl -u {unit} --since @$t -n {FAILED_ACTION_LOG_LINES} --no-pager -o cat >&2; exit $rc; }}")
     yield _shell([run, f"rm -f {shlex.quote(marker)}"])  # the marker goes only once the action succeeded
 
 
-# How many of a unit's own log lines a failed restart or reload adds to the apply's error: with systemctl's two
-# lines, the five the error keeps (run/runner.py).
-FAILED_ACTION_LOG_LINES = 3
+# How many of a unit's journal lines a failed restart or reload adds to the apply's error: systemd's own two or
+# three ("Main process exited, ...", "Failed with result ...") and the process's last ones; with systemctl's
+# two lines, the eight the error keeps (run/runner.ERROR_LINES).
+FAILED_ACTION_LOG_LINES = 6
 
 
 class MatchingFiles(FactBase[list[str]]):

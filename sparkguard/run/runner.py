@@ -35,6 +35,10 @@ from . import connection, liveness, node_lock, tunables
 from . import context as run_context
 from .context import RunContext
 
+# How many of a failed operation's last stderr lines its error quotes: a failed restart's are systemctl's two
+# and the unit's journal lines (engine.operations.FAILED_ACTION_LOG_LINES).
+ERROR_LINES = 8
+
 
 @dataclass
 class HostResult:
@@ -395,7 +399,7 @@ def _collect(state: State, entries: list[InventoryHost], run: RunContext, dry: b
                 result.skipped += 1
                 continue
             if meta.did_error():
-                detail = " ".join(line.strip() for line in meta.stderr_lines[-5:] if line.strip())
+                detail = " ".join(line.strip() for line in meta.stderr_lines[-ERROR_LINES:] if line.strip())
                 paths = changed_paths(host.name, op_hash)
                 writing = f" (writing {', '.join(paths)})" if paths else ""
                 result.errors.append(f"operation '{name}'{writing} failed: {detail or 'see -v output'}")

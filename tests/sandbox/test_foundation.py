@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import socket
 import subprocess
@@ -400,6 +401,40 @@ def test_sandbox_status_and_idempotent_up(sandbox_nodes):
     assert again.stdout.strip().splitlines()[-1] == str(sandbox_nodes.inventory_dir)
     rows = json.loads(run_cli("sandbox", "status", "--json", "--state-dir", str(sandbox_nodes.state_dir)).stdout)
     assert [r["pid"] for r in rows] == pids
+
+
+# Units that fail to start: one whose process says why, one whose process never runs (systemd alone says why).
+FAILING_UNITS = {
+    "sg-test-says-why.service": ("[Service]\nType=oneshot\nExecStart=/bin/sh -c 'echo \"bad config: line 3\" >&2; exit 1'\n",
+                                 ["bad config: line 3", "status=1/FAILURE"]),
+    "sg-test-never-ran.service": ("[Service]\nType=oneshot\nLoadCredential=web.yml:/nonexistent/web.yml\n"
+                                  "ExecStart=/bin/true\n", ["243/CREDENTIALS"]),
+}
+
+
+def test_a_failed_restart_says_why_in_the_units_words_and_in_systemds(sandbox_nodes):
+    """The restart command as the apply runs it, on a real node's systemd and journald."""
+    from sparkguard.engine.operations import service_action
+    from tests.unit.operations_harness import commands
+
+    units = " ".join(FAILING_UNITS)
+    for unit, (text, _) in FAILING_UNITS.items():
+        rc, _, err = sandbox_nodes.ssh("node-2", f"printf %s {shlex.quote(text)} > /etc/systemd/system/{unit}")
+        assert rc == 0, err
+    try:
+        assert sandbox_nodes.ssh("node-2", "systemctl daemon-reload")[0] == 0
+        for unit, (_, why) in FAILING_UNITS.items():
+            marker = f"/tmp/{unit}.restart"
+            [command] = commands(service_action, unit, "restart", marker)
+            rc, _, err = sandbox_nodes.ssh("node-2", f"touch {marker}; {command}")
+            assert rc != 0, err
+            assert err.splitlines()[0].startswith(f"Job for {unit} failed"), err
+            for words in why:
+                assert words in err, err
+            assert sandbox_nodes.ssh("node-2", f"test -e {marker}")[0] == 0, "a failed restart stays pending"
+    finally:
+        sandbox_nodes.ssh("node-2", f"cd /etc/systemd/system && rm -f {units} && systemctl daemon-reload && "
+                                    f"systemctl reset-failed {units}; rm -f /tmp/sg-test-*.restart")
 
 
 def test_changed_host_key_after_reimage_is_refused_with_advice(sandbox_nodes, tmp_path):

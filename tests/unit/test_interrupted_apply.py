@@ -66,11 +66,13 @@ def test_leftovers_removed(found, expected):
 
 @pytest.mark.parametrize("service,action,expected", [
     ("earlyoom.service", "restart",
-     "t=$(date +%s); systemctl restart earlyoom.service || { rc=$?; journalctl _SYSTEMD_UNIT=earlyoom.service "
-     "--since @$t -n 3 --no-pager -o cat >&2; exit $rc; } && rm -f /var/lib/sparkguard/pending/earlyoom.service.restart"),
+     "t=$(date +%s); systemctl restart earlyoom.service || { rc=$?; journalctl --sync 2>/dev/null; "
+     "journalctl -u earlyoom.service --since @$t -n 6 --no-pager -o cat >&2; exit $rc; } "
+     "&& rm -f /var/lib/sparkguard/pending/earlyoom.service.restart"),
     ("prometheus.service", "reload",
-     "t=$(date +%s); systemctl reload prometheus.service || { rc=$?; journalctl _SYSTEMD_UNIT=prometheus.service "
-     "--since @$t -n 3 --no-pager -o cat >&2; exit $rc; } && rm -f /var/lib/sparkguard/pending/prometheus.service.reload"),
+     "t=$(date +%s); systemctl reload prometheus.service || { rc=$?; journalctl --sync 2>/dev/null; "
+     "journalctl -u prometheus.service --since @$t -n 6 --no-pager -o cat >&2; exit $rc; } "
+     "&& rm -f /var/lib/sparkguard/pending/prometheus.service.reload"),
     ("", "daemon-reload", "systemctl daemon-reload && rm -f /var/lib/sparkguard/pending/systemd.daemon-reload"),
 ])
 def test_service_action_runs_then_clears_its_marker(service, action, expected):
@@ -80,7 +82,9 @@ def test_service_action_runs_then_clears_its_marker(service, action, expected):
 
 FAKE_SYSTEMCTL = "#!/bin/sh\necho \"Job for $2 failed because the control process exited with error code.\" >&2\nexit 1\n"
 # Records its arguments, prints what the unit said.
-FAKE_JOURNALCTL = "#!/bin/sh\necho \"$@\" > \"$(dirname \"$0\")/journalctl.args\"\necho 'Error opening query log file: permission denied'\n"
+FAKE_JOURNALCTL = ("#!/bin/sh\n[ \"$1\" = --sync ] && { touch \"$(dirname \"$0\")/journalctl.synced\"; exit 0; }\n"
+                   "echo \"$@\" > \"$(dirname \"$0\")/journalctl.args\"\n"
+                   "echo 'Error opening query log file: permission denied'\n")
 
 
 @pytest.mark.parametrize("fails", [True, False])
@@ -106,7 +110,8 @@ def test_a_failed_restart_says_what_the_unit_said_and_keeps_its_marker(tmp_path,
         "Job for prometheus.service failed because the control process exited with error code.",
         "Error opening query log file: permission denied"]
     args = (bin_dir / "journalctl.args").read_text().split()
-    assert args[:2] == ["_SYSTEMD_UNIT=prometheus.service", "--since"] and args[2].startswith("@")
+    assert args[:3] == ["-u", "prometheus.service", "--since"] and args[3].startswith("@")
+    assert (bin_dir / "journalctl.synced").exists(), "the journal is synced before it is read"
 
 
 def test_unchanged_file_sets_no_marker(fake_host):
