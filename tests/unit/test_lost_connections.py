@@ -15,37 +15,68 @@ import pytest
 from pyinfra.api import Config, State
 from pyinfra.api import Inventory as PyinfraInventory
 from pyinfra.api.command import StringCommand
+from pyinfra.api.exceptions import PyinfraError
 from pyinfra.api.operation import add_op
 from pyinfra.api.operations import run_ops
 from pyinfra.api.state import StateStage
 from pyinfra.operations import server
 
+from sparkguard.audit import run as audit_run
+from sparkguard.engine.converge import site_deploy
+from sparkguard.inventory.loader import load_inventory
 from sparkguard.run import connection, runner
 from sparkguard.run import context as run_context
 from sparkguard.run.runner import quiet_greenlets
 from tests import ssh_stub
+from tests.unit.test_schema import GOOD
 
 
 @pytest.fixture
-def two_nodes():
+def stand_in():
+    """``stand_in(state, name, interface)``: host ``name`` connected to a stand-in sshd; all closed at the end."""
+    opened: list[tuple[paramiko.SSHClient, paramiko.Transport]] = []
+
+    def attach(state: State, name: str, interface: paramiko.ServerInterface) -> None:
+        opened.append(ssh_stub.attach(state, name, interface))
+
+    yield attach
+    for client, transport in opened:
+        client.close()
+        transport.close()
+
+
+@pytest.fixture
+def two_nodes(stand_in):
     """A pyinfra state of two connected hosts, 'dropping' and 'answering'; yields a function of the
     inventory maker (ours or pyinfra's own) that returns the state with one shell operation added."""
-    opened: list[tuple[paramiko.SSHClient, paramiko.Transport]] = []
 
     def make(inventory_of) -> State:
         state = State()
         state.init(inventory_of([("dropping", {}), ("answering", {})]), Config())
-        for name, interface in (("dropping", ssh_stub.Dropping()), ("answering", ssh_stub.Answering())):
-            opened.append(ssh_stub.attach(state, name, interface))
+        stand_in(state, "dropping", ssh_stub.Dropping())
+        stand_in(state, "answering", ssh_stub.Answering())
         state.set_stage(StateStage.Prepare)
         add_op(state, server.shell, name="say ok", commands=["echo ok"])
         state.set_stage(StateStage.Execute)
         return state
 
-    yield make
-    for client, transport in opened:
-        client.close()
-        transport.close()
+    return make
+
+
+def dropping_everywhere(stand_in):
+    """A ``connect_hosts`` for the runner or the audit: every host on a stand-in that drops its connection."""
+    def connect(state, entries, errors):
+        for entry in entries:
+            stand_in(state, entry.name, ssh_stub.Dropping())
+
+    return connect
+
+
+def _raise(error: BaseException):
+    def call():
+        raise error
+
+    return call
 
 
 def op_result(state: State, name: str):
@@ -107,13 +138,6 @@ def test_only_ssh_hosts_get_the_connector():
     assert made.get_host("@local").connector_cls is not connection.SSHConnector
 
 
-def _raise(error: BaseException):
-    def call():
-        raise error
-
-    return call
-
-
 def test_a_command_woken_by_the_close_before_the_transport_turns_inactive_is_a_lost_connection(two_nodes):
     """paramiko's transport thread records why the connection ended, wakes the channels' readers, and only
     then marks itself inactive: the command can return in between."""
@@ -142,24 +166,10 @@ def test_the_report_names_the_lost_connection_first_and_the_other_host_is_applie
     assert not answering.errors and answering.changed == 1
 
 
-def test_the_audit_of_a_node_whose_connection_ends_names_it(inventory_dir, monkeypatch):
+def test_the_audit_of_a_node_whose_connection_ends_names_it(inventory_dir, monkeypatch, stand_in):
     """The audit's one probe meets the dropped connection: a failed "ssh: connected" check, in words."""
-    from sparkguard.audit import run as audit_run
-    from sparkguard.inventory.loader import load_inventory
-    from tests.unit.test_schema import GOOD
-
-    opened = []
-
-    def connect_to_the_stand_in(state, entries, errors):
-        opened.append(ssh_stub.attach(state, entries[0].name, ssh_stub.Dropping()))
-
-    monkeypatch.setattr(audit_run, "connect_hosts", connect_to_the_stand_in)
-    try:
-        (host,) = audit_run.run_audit(load_inventory(inventory_dir(GOOD))).hosts
-    finally:
-        for client, transport in opened:
-            client.close()
-            transport.close()
+    monkeypatch.setattr(audit_run, "connect_hosts", dropping_everywhere(stand_in))
+    (host,) = audit_run.run_audit(load_inventory(inventory_dir(GOOD))).hosts
     failed = [check for check in host.checks if not check.ok]
     assert [check.name for check in failed] == ["ssh: connected"], failed
     assert failed[0].actual.startswith("the SSH connection to the node ended during the run (EOFError")
@@ -168,30 +178,15 @@ def test_the_audit_of_a_node_whose_connection_ends_names_it(inventory_dir, monke
 
 @pytest.mark.parametrize("hosts", [1, 2])
 def test_a_connection_that_ends_while_the_apply_reads_the_node_is_a_failed_host_not_a_traceback(
-        hosts, inventory_dir, monkeypatch):
+        hosts, inventory_dir, monkeypatch, stand_in):
     """The cut lands while the deploy is prepared (the one probe that reads the node, right after the lock).
     pyinfra fails the host: once none is left it raises "No hosts remaining!" out of the deploy (the run
     reports it host by host), and a host failed while another is still to be read has nothing planned from
     facts it never read (no preflight verdict on them either)."""
-    from sparkguard.engine.converge import site_deploy
-    from sparkguard.inventory.loader import load_inventory
-    from tests.unit.test_schema import GOOD
-
-    opened = []
-
-    def connect_to_the_stand_ins(state, entries, errors):
-        for entry in entries:
-            opened.append(ssh_stub.attach(state, entry.name, ssh_stub.Dropping()))
-
-    monkeypatch.setattr(runner, "connect_hosts", connect_to_the_stand_ins)
+    monkeypatch.setattr(runner, "connect_hosts", dropping_everywhere(stand_in))
     monkeypatch.setattr(runner, "lock_hosts", lambda *_: [])  # the lock's own loss is node_lock's (test_silent_nodes)
     text = GOOD + ("    spark-02:\n      ssh_host: 192.0.2.12\n" if hosts == 2 else "")
-    try:
-        result = runner.run_deploy(load_inventory(inventory_dir(text)), site_deploy)
-    finally:
-        for client, transport in opened:
-            client.close()
-            transport.close()
+    result = runner.run_deploy(load_inventory(inventory_dir(text)), site_deploy)
     assert len(result.hosts) == hosts
     for host in result.hosts:
         assert not host.ok and host.changed == 0 and host.operations == 0, host
@@ -200,8 +195,6 @@ def test_a_connection_that_ends_while_the_apply_reads_the_node_is_a_failed_host_
 
 
 def test_only_no_hosts_remaining_is_a_result_any_other_pyinfra_error_goes_up():
-    from pyinfra.api.exceptions import PyinfraError
-
     with runner.every_host_failed_is_reported(SimpleNamespace(active_hosts=set())):
         raise PyinfraError("No hosts remaining!")
     with pytest.raises(PyinfraError, match="a bug"), \
