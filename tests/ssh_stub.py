@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 
 import paramiko
+from paramiko.common import MSG_CHANNEL_EOF
 
 HOST_KEY = paramiko.RSAKey.generate(2048)
 
@@ -103,3 +104,23 @@ def attach(state, name: str, interface: paramiko.ServerInterface) -> tuple[param
     host.connected = True
     state.activate_host(host)
     return host.connector.client, transports[0]
+
+
+def late_eofs(client: paramiko.SSHClient, late_s: float) -> list[tuple[int, int]]:
+    """STAND-IN for a thread descheduled at the wrong moment: an EOF that ``client`` sends from any thread
+    but its transport's is held up ``late_s`` before it goes out. Returns the record of what ``client``
+    sends on its channels, (message type, server's channel number), in the order sent."""
+    transport = client.get_transport()
+    assert transport is not None
+    send = transport._send_user_message
+    sent: list[tuple[int, int]] = []
+
+    def held_up(message: paramiko.Message) -> None:
+        raw = message.asbytes()
+        if raw[0] == MSG_CHANNEL_EOF and threading.current_thread() is not transport:
+            time.sleep(late_s)
+        sent.append((raw[0], int.from_bytes(raw[1:5], "big")))
+        send(message)
+
+    transport._send_user_message = held_up
+    return sent

@@ -10,6 +10,9 @@ pyinfra-dev/pyinfra#1220, open). This connector turns that ``EOFError`` into
 ``ConnectionAbortedError``, an ``OSError``, so pyinfra fails the one host and goes on with the
 others, and it remembers, for the report, that the host's connection is gone and why (pyinfra
 alone says only "see -v output").
+
+Its commands also close their stdin so that the EOF can never follow the channel's close, which
+makes OpenSSH end the whole connection (``channel_eof``).
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ from pyinfra.api import Inventory as PyinfraInventory
 from pyinfra.api import State
 from pyinfra.connectors.ssh import SSHConnector as PyinfraSSHConnector
 
+from sparkguard.run import channel_eof
+
 T = TypeVar("T")
 
 LOST = ("the SSH connection to the node ended during the run ({why}): the node rebooted, its sshd was "
@@ -35,6 +40,8 @@ class SSHConnector(PyinfraSSHConnector):
     lost = ""
 
     def run_shell_command(self, *args: Any, **kwargs: Any) -> Any:
+        if self.client is not None:
+            channel_eof.install(self.client)
         return self._guarded(super().run_shell_command, *args, **kwargs)
 
     def put_file(self, *args: Any, **kwargs: Any) -> Any:

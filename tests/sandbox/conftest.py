@@ -51,14 +51,23 @@ class SandboxHandle:
     def node(self, name: str) -> sandbox.Node:
         return next(n for n in self.nodes if n.name == name)
 
-    def ssh(self, name: str, command: str, user: str = "root", timeout: int = 120) -> tuple[int, str, str]:
-        """Run a command on a node over a NEW SSH session (paramiko, strict host keys)."""
+    def connect(self, name: str, user: str = "root") -> paramiko.SSHClient:
+        """A NEW SSH connection to a node (paramiko, strict host keys); the caller closes it."""
         client = paramiko.SSHClient()
         client.load_host_keys(str(self.known_hosts))
         client.set_missing_host_key_policy(paramiko.RejectPolicy())
         try:
             client.connect(self.node(name).address, username=user, key_filename=str(self.key),
                            look_for_keys=False, allow_agent=False, timeout=10)
+        except BaseException:
+            client.close()
+            raise
+        return client
+
+    def ssh(self, name: str, command: str, user: str = "root", timeout: int = 120) -> tuple[int, str, str]:
+        """Run a command on a node over a NEW SSH session (paramiko, strict host keys)."""
+        try:
+            client = self.connect(name, user)
         except paramiko.AuthenticationException as refused:
             if user == "root":
                 raise

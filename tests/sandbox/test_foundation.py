@@ -10,15 +10,19 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
+import paramiko
 import yaml
 
 from sparkguard.engine.converge import site_deploy
 from sparkguard.engine.operations import managed_file
 from sparkguard.engine.render import render_inventory
 from sparkguard.inventory.loader import load_inventory
+from sparkguard.run import channel_eof
 from sparkguard.run.runner import run_deploy
+from tests import ssh_stub
 from tests.conftest import REPO, run_cli
 from tests.roundtrips import counting
 from tests.sandbox.conftest import NET
@@ -461,3 +465,32 @@ def test_changed_host_key_after_reimage_is_refused_with_advice(sandbox_nodes, tm
     with sandbox_nodes.known_hosts.open("a") as handle:
         handle.write(f"{NET}.2 {key[0]} {key[1]}\n")
     assert apply(sandbox_nodes.inventory_dir).ok
+
+
+LATE_EOF_S = 1.5   # far longer than `true` takes on a sandbox node, even on a loaded runner
+
+
+def test_a_stdin_eof_sent_after_the_close_makes_sshd_end_the_connection_and_sparkguards_is_in_order(
+        sandbox_nodes):
+    """Real OpenSSH: an EOF for a channel it has closed ends the whole connection (the CI failure of
+    2026-12-07, paramiko#1705). STAND-IN only for the scheduler: the thread closing a command's stdin is
+    held up between building its EOF and sending it (tests/ssh_stub.py late_eofs)."""
+    ends = {}
+    for name, run in (("paramiko alone", paramiko.SSHClient.exec_command), ("channel_eof", channel_eof.exec_command)):
+        cursor = sandbox_nodes.ssh("node-1", "journalctl -q -n 0 --show-cursor")[1].split("cursor:")[-1].strip()
+        client = sandbox_nodes.connect("node-1")
+        try:
+            ssh_stub.late_eofs(client, LATE_EOF_S)
+            stdin, stdout, _ = run(client, "true")
+            stdin.close()
+            assert stdout.channel.recv_exit_status() == 0
+            time.sleep(LATE_EOF_S + 1)   # the held-up EOF is out, and the node has read it
+            transport = client.get_transport()
+            ends[name] = "connected" if transport is not None and transport.is_active() else "ended"
+        finally:
+            client.close()
+        ends[name + ", sshd"] = sandbox_nodes.ssh(
+            "node-1", f"journalctl -q -t sshd -o cat --after-cursor={shlex.quote(cursor)} | "
+                      "grep -o 'ieof packet referred to nonexistent channel' | sort -u")[1].strip()
+    assert ends == {"paramiko alone": "ended", "paramiko alone, sshd": "ieof packet referred to nonexistent channel",
+                    "channel_eof": "connected", "channel_eof, sshd": ""}, ends

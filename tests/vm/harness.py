@@ -49,7 +49,7 @@ import yaml
 from sparkguard.errors import SparkguardError
 from sparkguard.hosttools import MIRROR, RELEASES, run_tool
 from sparkguard.pyinfra_inventory import write_adapter
-from sparkguard.run import ssh_deadline
+from sparkguard.run import channel_eof, ssh_deadline
 
 IMAGE_FORMAT = 1  # bump when the image recipe changes: old caches are then ignored
 INCLUDE = ",".join([
@@ -554,7 +554,9 @@ class VM:
         """
         late = TimeoutError(f"vm: `{command}` did not finish on {self.name} within {timeout:.0f} s")
         with ssh_deadline.closing_at_deadline(client.get_transport(), timeout, late):
-            _, stdout, stderr = client.exec_command(command, timeout=timeout)
+            # Its stdin's EOF, sent when it is collected, must not follow the server's close of the channel:
+            # OpenSSH would end the kept connection (sparkguard/run/channel_eof.py; CI, 2026-12-07).
+            _, stdout, stderr = channel_eof.exec_command(client, command, timeout=timeout)
             channel = stdout.channel
             out, err = bytearray(), bytearray()
             while not (channel.exit_status_ready() and not channel.recv_ready()
