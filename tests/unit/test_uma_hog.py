@@ -259,13 +259,16 @@ def test_helpers_keep_the_memory_after_the_main_process_dies_until_they_leave(su
         held.append(meminfo("HugePages_Surp"))
         assert time.monotonic() - died < 5, "the helpers must leave within watch + linger seconds"
         time.sleep(0.02)
-    left = time.monotonic() - died
     assert held and min(held) >= surp_before + 8, "the pages stay allocated while any helper holds the memfd"
-    assert left >= 0.4, "a helper lingers --helper-linger-s after it saw its parent gone"
     wait_until("the pages back once the helpers left", lambda: meminfo("HugePages_Surp") <= surp_before, 3)
     exits = hog.events("helper-exit")
     assert sorted(e["pid"] for e in exits) == sorted(helpers)
     assert {e["reason"] for e in exits} == {"parent-gone"}
+    # The linger by the helpers' own clock: this process's view of when the parent died lags whenever a
+    # loaded runner deschedules it (an assert on that lag failed once in a parallel unit tier).
+    orphaned = {e["pid"]: e["t"] for e in hog.events("helper-orphaned")}
+    assert sorted(orphaned) == sorted(helpers)
+    assert all(e["t"] - orphaned[e["pid"]] >= 0.5 - 0.01 for e in exits), (orphaned, exits)
 
 
 def test_sigterm_kills_a_helper_silently_and_the_hog_reaps_it(surp_before, start_hog):
