@@ -64,13 +64,19 @@ def client(port: int) -> paramiko.SSHClient:
 
 
 class Answering(Accepting):
-    """Runs every command as `echo ok`, exit 0."""
+    """Runs every command as `echo ok`, exit 0; then, as sshd does, sends EOF and closes the channel
+    ``close_after_s`` later, without waiting for the client's EOF."""
+
+    def __init__(self, close_after_s: float = 0.0) -> None:
+        self.close_after_s = close_after_s
 
     def check_channel_exec_request(self, channel, command):
         def reply():
             time.sleep(0.2)  # after the server's "request accepted", which this method's caller sends on return
             channel.sendall(b"ok\n")
             channel.send_exit_status(0)
+            channel.shutdown_write()
+            time.sleep(self.close_after_s)
             channel.close()
 
         threading.Thread(target=reply, daemon=True).start()

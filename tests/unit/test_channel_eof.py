@@ -7,13 +7,12 @@ stdin after releasing the channel's lock, so the transport's thread can send the
 that just ended in between. The gap is a few bytecodes wide; these tests widen it on cue: the
 thread that sends the EOF waits before it sends, as a thread descheduled in the gap would.
 
-Real paramiko on both ends; the node is a STAND-IN sshd (tests/ssh_stub.py) that ends each command
-the way sshd does (output, exit status, EOF, then CLOSE) without waiting for the client's EOF.
+Real paramiko on both ends; the node is a STAND-IN sshd (tests/ssh_stub.py ``Answering``) that ends
+each command the way sshd does (output, exit status, EOF, then CLOSE) without waiting for the client's EOF.
 """
 
 from __future__ import annotations
 
-import threading
 import time
 from types import SimpleNamespace
 
@@ -30,32 +29,13 @@ LATE_S = 0.5     # how long the thread sending the EOF is held up
 WAIT_S = 5
 
 
-class Ending(ssh_stub.Accepting):
-    """Answers each command "ok", exit 0, EOF, and closes the channel ``close_after_s`` later."""
-
-    def __init__(self, close_after_s: float) -> None:
-        self.close_after_s = close_after_s
-
-    def check_channel_exec_request(self, channel, command):
-        def reply():
-            time.sleep(0.05)  # after the server's "request accepted", which this method's caller sends on return
-            channel.sendall(b"ok\n")
-            channel.send_exit_status(0)
-            channel.shutdown_write()
-            time.sleep(self.close_after_s)
-            channel.close()
-
-        threading.Thread(target=reply, daemon=True).start()
-        return True
-
-
 @pytest.fixture
 def node():
-    """``node(close_after_s)``: a logged-in client of an ``Ending`` stand-in; closed at the end."""
+    """``node(close_after_s)``: a logged-in client of an ``Answering`` stand-in; closed at the end."""
     opened: list[paramiko.SSHClient] = []
 
     def connect(close_after_s: float) -> paramiko.SSHClient:
-        opened.append(ssh_stub.client(ssh_stub.serve(Ending(close_after_s))))
+        opened.append(ssh_stub.client(ssh_stub.serve(ssh_stub.Answering(close_after_s))))
         return opened[-1]
 
     yield connect

@@ -265,7 +265,7 @@ def test_helpers_keep_the_memory_after_the_main_process_dies_until_they_leave(su
     assert sorted(e["pid"] for e in exits) == sorted(helpers)
     assert {e["reason"] for e in exits} == {"parent-gone"}
     # The linger by the helpers' own clock: this process's view of when the parent died lags whenever a
-    # loaded runner deschedules it (an assert on that lag failed once in a parallel unit tier).
+    # loaded runner deschedules it (the likely cause of this test's one failure in a parallel unit tier).
     orphaned = {e["pid"]: e["t"] for e in hog.events("helper-orphaned")}
     assert sorted(orphaned) == sorted(helpers)
     assert all(e["t"] - orphaned[e["pid"]] >= 0.5 - 0.01 for e in exits), (orphaned, exits)
