@@ -354,16 +354,23 @@ def service_action(service: str, action: str, marker: str) -> Commands:
         # status=1/FAILURE", "Failed to set up credentials") name failures in which the unit's process printed
         # nothing, or never ran. --sync first: journald may not have written the unit's last lines yet (a failed
         # Prometheus restart once showed only the old process's first three shutdown lines, 2026-12-07).
+        # systemd's own verdict comes first, on one line: it needs no journal (a failed restart of journald
+        # itself left only "Journal stopped" there, 2026-12-07), and Result= names what failed (timeout,
+        # exit-code, signal; "success" when the unit was stopped again during its start).
         unit = shlex.quote(service)
-        run = (f"t=$(date +%s); systemctl {action} {unit} || {{ rc=$?; journalctl --sync 2>/dev/null; "
+        run = (f"t=$(date +%s); systemctl {action} {unit} || {{ rc=$?; "
+               f"echo \"systemd: $(systemctl show -p {VERDICT_PROPERTIES} {unit} | paste -sd ' ')\" >&2; "
+               "journalctl --sync 2>/dev/null; "
                f"journalctl -u {unit} --since @$t -n {FAILED_ACTION_LOG_LINES} --no-pager -o cat >&2; exit $rc; }}")
     yield _shell([run, f"rm -f {shlex.quote(marker)}"])  # the marker goes only once the action succeeded
 
 
 # How many of a unit's journal lines a failed restart or reload adds to the apply's error: systemd's own two or
 # three ("Main process exited, ...", "Failed with result ...") and the process's last ones; with systemctl's
-# two lines, the eight the error keeps (run/runner.ERROR_LINES).
+# two lines and systemd's verdict, the nine the error keeps (run/runner.ERROR_LINES).
 FAILED_ACTION_LOG_LINES = 6
+# systemd's verdict on a unit whose restart or reload failed, read with `systemctl show`.
+VERDICT_PROPERTIES = "Result -p ExecMainStatus -p ActiveState -p SubState -p NRestarts"
 
 
 class MatchingFiles(FactBase[list[str]]):

@@ -35,9 +35,9 @@ from . import connection, liveness, node_lock, tunables
 from . import context as run_context
 from .context import RunContext
 
-# How many of a failed operation's last stderr lines its error quotes: a failed restart's are systemctl's two
-# and the unit's journal lines (engine.operations.FAILED_ACTION_LOG_LINES).
-ERROR_LINES = 8
+# How many of a failed operation's last stderr lines its error quotes: a failed restart's are systemctl's two,
+# systemd's verdict and the unit's journal lines (engine.operations.FAILED_ACTION_LOG_LINES).
+ERROR_LINES = 9
 
 
 @dataclass

@@ -410,9 +410,9 @@ def test_sandbox_status_and_idempotent_up(sandbox_nodes):
 # Units that fail to start: one whose process says why, one whose process never runs (systemd alone says why).
 FAILING_UNITS = {
     "sg-test-says-why.service": ("[Service]\nType=oneshot\nExecStart=/bin/sh -c 'echo \"bad config: line 3\" >&2; exit 1'\n",
-                                 ["bad config: line 3", "status=1/FAILURE"]),
+                                 ["bad config: line 3", "status=1/FAILURE", "Result=exit-code"]),
     "sg-test-never-ran.service": ("[Service]\nType=oneshot\nLoadCredential=web.yml:/nonexistent/web.yml\n"
-                                  "ExecStart=/bin/true\n", ["243/CREDENTIALS"]),
+                                  "ExecStart=/bin/true\n", ["243/CREDENTIALS", "Result=exit-code"]),
 }
 
 

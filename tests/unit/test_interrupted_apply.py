@@ -66,11 +66,15 @@ def test_leftovers_removed(found, expected):
 
 @pytest.mark.parametrize("service,action,expected", [
     ("earlyoom.service", "restart",
-     "t=$(date +%s); systemctl restart earlyoom.service || { rc=$?; journalctl --sync 2>/dev/null; "
+     "t=$(date +%s); systemctl restart earlyoom.service || { rc=$?; echo \"systemd: $(systemctl show -p Result "
+     "-p ExecMainStatus -p ActiveState -p SubState -p NRestarts earlyoom.service | paste -sd ' ')\" >&2; "
+     "journalctl --sync 2>/dev/null; "
      "journalctl -u earlyoom.service --since @$t -n 6 --no-pager -o cat >&2; exit $rc; } "
      "&& rm -f /var/lib/sparkguard/pending/earlyoom.service.restart"),
     ("prometheus.service", "reload",
-     "t=$(date +%s); systemctl reload prometheus.service || { rc=$?; journalctl --sync 2>/dev/null; "
+     "t=$(date +%s); systemctl reload prometheus.service || { rc=$?; echo \"systemd: $(systemctl show -p Result "
+     "-p ExecMainStatus -p ActiveState -p SubState -p NRestarts prometheus.service | paste -sd ' ')\" >&2; "
+     "journalctl --sync 2>/dev/null; "
      "journalctl -u prometheus.service --since @$t -n 6 --no-pager -o cat >&2; exit $rc; } "
      "&& rm -f /var/lib/sparkguard/pending/prometheus.service.reload"),
     ("", "daemon-reload", "systemctl daemon-reload && rm -f /var/lib/sparkguard/pending/systemd.daemon-reload"),
@@ -80,7 +84,8 @@ def test_service_action_runs_then_clears_its_marker(service, action, expected):
     assert commands(service_action, service, action, marker) == [f"sh -c {shlex.quote(expected)}"]
 
 
-FAKE_SYSTEMCTL = "#!/bin/sh\necho \"Job for $2 failed because the control process exited with error code.\" >&2\nexit 1\n"
+FAKE_SYSTEMCTL = ("#!/bin/sh\n[ \"$1\" = show ] && { printf 'Result=exit-code\\nExecMainStatus=1\\n'; exit 0; }\n"
+                  "echo \"Job for $2 failed because the control process exited with error code.\" >&2\nexit 1\n")
 # Records its arguments, prints what the unit said.
 FAKE_JOURNALCTL = ("#!/bin/sh\n[ \"$1\" = --sync ] && { touch \"$(dirname \"$0\")/journalctl.synced\"; exit 0; }\n"
                    "echo \"$@\" > \"$(dirname \"$0\")/journalctl.args\"\n"
@@ -108,6 +113,7 @@ def test_a_failed_restart_says_what_the_unit_said_and_keeps_its_marker(tmp_path,
     assert out.returncode == 1 and marker.exists(), "a failed restart stays pending for the next apply"
     assert out.stderr.splitlines() == [
         "Job for prometheus.service failed because the control process exited with error code.",
+        "systemd: Result=exit-code ExecMainStatus=1",
         "Error opening query log file: permission denied"]
     args = (bin_dir / "journalctl.args").read_text().split()
     assert args[:3] == ["-u", "prometheus.service", "--since"] and args[3].startswith("@")
