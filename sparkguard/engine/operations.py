@@ -358,8 +358,9 @@ def service_action(service: str, action: str, marker: str) -> Commands:
         # itself left only "Journal stopped" there, 2026-12-07), and Result= names what failed (timeout,
         # exit-code, signal; "success" when the unit was stopped again during its start).
         unit = shlex.quote(service)
+        verdict = " ".join(f"-p {name}" for name in VERDICT_PROPERTIES)
         run = (f"t=$(date +%s); systemctl {action} {unit} || {{ rc=$?; "
-               f"echo \"systemd: $(systemctl show -p {VERDICT_PROPERTIES} {unit} | paste -sd ' ')\" >&2; "
+               f"echo \"systemd: $(systemctl show {verdict} {unit} | paste -sd ' ')\" >&2; "
                "journalctl --sync 2>/dev/null; "
                f"journalctl -u {unit} --since @$t -n {FAILED_ACTION_LOG_LINES} --no-pager -o cat >&2; exit $rc; }}")
     yield _shell([run, f"rm -f {shlex.quote(marker)}"])  # the marker goes only once the action succeeded
@@ -370,7 +371,7 @@ def service_action(service: str, action: str, marker: str) -> Commands:
 # two lines and systemd's verdict, the nine the error keeps (run/runner.ERROR_LINES).
 FAILED_ACTION_LOG_LINES = 6
 # systemd's verdict on a unit whose restart or reload failed, read with `systemctl show`.
-VERDICT_PROPERTIES = "Result -p ExecMainStatus -p ActiveState -p SubState -p NRestarts"
+VERDICT_PROPERTIES = ("Result", "ExecMainStatus", "ActiveState", "SubState", "NRestarts")
 
 
 class MatchingFiles(FactBase[list[str]]):
