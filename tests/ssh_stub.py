@@ -14,7 +14,12 @@ import time
 from collections.abc import Callable
 
 import paramiko
-from paramiko.common import MSG_CHANNEL_EOF
+from paramiko.common import (
+    MSG_CHANNEL_CLOSE,
+    MSG_CHANNEL_EOF,
+    MSG_CHANNEL_FAILURE,
+    MSG_CHANNEL_OPEN,
+)
 
 HOST_KEY = paramiko.RSAKey.generate(2048)
 
@@ -65,14 +70,18 @@ def client(port: int) -> paramiko.SSHClient:
 
 class Answering(Accepting):
     """Runs every command as `echo ok`, exit 0; then, as sshd does, sends EOF and closes the channel
-    ``close_after_s`` later, without waiting for the client's EOF."""
+    ``close_after_s`` later, without waiting for the client's EOF. With ``go``, a command ends only once
+    ``go`` is set (at most GO_WAIT_S)."""
 
-    def __init__(self, close_after_s: float = 0.0) -> None:
+    def __init__(self, close_after_s: float = 0.0, go: threading.Event | None = None) -> None:
         self.close_after_s = close_after_s
+        self.go = go
 
     def check_channel_exec_request(self, channel, command):
         def reply():
             time.sleep(0.2)  # after the server's "request accepted", which this method's caller sends on return
+            if self.go is not None:
+                self.go.wait(GO_WAIT_S)
             channel.sendall(b"ok\n")
             channel.send_exit_status(0)
             channel.shutdown_write()
@@ -112,21 +121,67 @@ def attach(state, name: str, interface: paramiko.ServerInterface) -> tuple[param
     return host.connector.client, transports[0]
 
 
-def late_eofs(client: paramiko.SSHClient, late_s: float) -> list[tuple[int, int]]:
+NODE_CLOSE_WAIT_S = 30   # how long a held-up EOF waits for the node's CLOSE of its channel, at most
+GO_WAIT_S = 30           # how long an Answering command waits for its go, at most
+
+
+def late_eofs(client: paramiko.SSHClient, late_s: float,
+              on_hold: Callable[[], object] = lambda: None) -> list[tuple[int, int]]:
     """STAND-IN for a thread descheduled at the wrong moment: an EOF that ``client`` sends from any thread
-    but its transport's is held up ``late_s`` before it goes out. Returns the record of what ``client``
-    sends on its channels, (message type, server's channel number), in the order sent."""
+    but its transport's is held up in the gap between building it and sending it.
+
+    - Sent outside the channel's lock (paramiko's own ``shutdown_write``), it is held up until the
+      node's CLOSE of the channel has reached the client and the client has sent its own CLOSE (at most
+      NODE_CLOSE_WAIT_S each), then for one keepalive round trip, so that the node has handled that
+      CLOSE, and freed the channel, before the EOF arrives. The hold goes by what happened, not by a
+      clock.
+    - Sent under the channel's lock (``sparkguard.run.channel_eof``), it is held up ``late_s``: the
+      transport's thread cannot handle the node's messages on that channel meanwhile, so it cannot
+      wait for the node's CLOSE. The lock is taken to be held when it cannot be had for ``late_s``.
+
+    ``on_hold`` is called as the hold begins. A command made to end only then is sure to end during
+    the hold. One that ends by itself may end, on a loaded runner, before its stdin is closed at all;
+    its EOF then goes with the close, and there is no race to show (the CI run of 2026-12-07, where
+    the sandbox test's `true` did so).
+
+    Returns the record of the channel messages ``client`` sends, (message type, server's channel
+    number), in the order sent."""
     transport = client.get_transport()
     assert transport is not None
     send = transport._send_user_message
     sent: list[tuple[int, int]] = []
+    closed_by_node: set[int] = set()
+    changed = threading.Condition()
+
+    def node_closed(channel: paramiko.Channel, message: paramiko.Message) -> None:
+        with changed:
+            closed_by_node.add(channel.remote_chanid)
+            changed.notify_all()
+        handle_close(channel, message)
+
+    def hold_up(channel: int) -> None:
+        on_hold()
+        lock = next(c for c in transport._channels.values() if c.remote_chanid == channel).lock
+        if not lock.acquire(timeout=late_s):
+            return   # held by this thread: sent under the channel's lock, and already held up late_s
+        lock.release()
+        with changed:
+            changed.wait_for(lambda: channel in closed_by_node, NODE_CLOSE_WAIT_S)
+            changed.wait_for(lambda: (MSG_CHANNEL_CLOSE, channel) in sent, NODE_CLOSE_WAIT_S)
+        transport.global_request("keepalive@openssh.com", wait=True)
 
     def held_up(message: paramiko.Message) -> None:
         raw = message.asbytes()
+        channel = int.from_bytes(raw[1:5], "big")
         if raw[0] == MSG_CHANNEL_EOF and threading.current_thread() is not transport:
-            time.sleep(late_s)
-        sent.append((raw[0], int.from_bytes(raw[1:5], "big")))
+            hold_up(channel)
+        if MSG_CHANNEL_OPEN < raw[0] <= MSG_CHANNEL_FAILURE:   # each names the recipient's channel first
+            with changed:
+                sent.append((raw[0], channel))
+                changed.notify_all()
         send(message)
 
+    handle_close = transport._channel_handler_table[MSG_CHANNEL_CLOSE]
+    transport._channel_handler_table = {**transport._channel_handler_table, MSG_CHANNEL_CLOSE: node_closed}
     transport._send_user_message = held_up
     return sent

@@ -11,10 +11,12 @@ import subprocess
 import sys
 import threading
 import time
+from functools import partial
 from pathlib import Path
 
 import paramiko
 import yaml
+from paramiko.common import MSG_CHANNEL_EOF
 
 from sparkguard.engine.converge import site_deploy
 from sparkguard.engine.operations import managed_file
@@ -467,30 +469,54 @@ def test_changed_host_key_after_reimage_is_refused_with_advice(sandbox_nodes, tm
     assert apply(sandbox_nodes.inventory_dir).ok
 
 
-LATE_EOF_S = 1.5   # far longer than `true` takes on a sandbox node, even on a loaded runner
+def still_answers(client: paramiko.SSHClient) -> bool:
+    """Whether the node still answers on ``client``'s connection: a keepalive round trip, which ends
+    early, or fails to be written, where the node has ended the connection."""
+    transport = client.get_transport()
+    try:
+        assert transport is not None
+        transport.global_request("keepalive@openssh.com", wait=True)
+    except (EOFError, OSError):
+        return False
+    return transport.is_active()
+
+
+def sshd_said(nodes, cursor: str, line: str, wait_s: float) -> str:
+    """``line`` if node-1's sshd has logged it since ``cursor`` (waiting up to ``wait_s`` for it), else ''."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        said = nodes.ssh("node-1", f"journalctl -q -t sshd -o cat --after-cursor={shlex.quote(cursor)} | "
+                                   f"grep -o {shlex.quote(line)} | sort -u")[1].strip()
+        if said or time.monotonic() >= deadline:
+            return said
+        time.sleep(0.5)
+
+
+LATE_EOF_S = 1    # how long an EOF sent under the channel's lock is held up (tests/ssh_stub.py late_eofs)
+SSHD_LOG_WAIT_S = 10
 
 
 def test_a_stdin_eof_sent_after_the_close_makes_sshd_end_the_connection_and_sparkguards_is_in_order(
         sandbox_nodes):
     """Real OpenSSH: an EOF for a channel it has closed ends the whole connection (the CI failure of
     2026-12-07, paramiko#1705). STAND-IN only for the scheduler: the thread closing a command's stdin is
-    held up between building its EOF and sending it (tests/ssh_stub.py late_eofs)."""
+    held up between building its EOF and sending it, and the command ends during that hold
+    (tests/ssh_stub.py late_eofs)."""
     ends = {}
     for name, run in (("paramiko alone", paramiko.SSHClient.exec_command), ("channel_eof", channel_eof.exec_command)):
         cursor = sandbox_nodes.ssh("node-1", "journalctl -q -n 0 --show-cursor")[1].split("cursor:")[-1].strip()
         client = sandbox_nodes.connect("node-1")
         try:
-            ssh_stub.late_eofs(client, LATE_EOF_S)
-            stdin, stdout, _ = run(client, "true")
-            stdin.close()
+            go = f"/run/sparkguard-test-eof-go-{len(ends)}"   # the command ends once it exists: during the hold
+            sent = ssh_stub.late_eofs(client, LATE_EOF_S, partial(sandbox_nodes.ssh, "node-1", f"touch {go}"))
+            stdin, stdout, _ = run(client, f"until [ -e {go} ]; do sleep 0.05; done; rm -f {go}")
+            stdin.close()   # returns once the held-up EOF is out
             assert stdout.channel.recv_exit_status() == 0
-            time.sleep(LATE_EOF_S + 1)   # the held-up EOF is out, and the node has read it
-            transport = client.get_transport()
-            ends[name] = "connected" if transport is not None and transport.is_active() else "ended"
+            assert (MSG_CHANNEL_EOF, stdout.channel.remote_chanid) in sent
+            ends[name] = "connected" if still_answers(client) else "ended"
         finally:
             client.close()
-        ends[name + ", sshd"] = sandbox_nodes.ssh(
-            "node-1", f"journalctl -q -t sshd -o cat --after-cursor={shlex.quote(cursor)} | "
-                      "grep -o 'ieof packet referred to nonexistent channel' | sort -u")[1].strip()
+        ends[name + ", sshd"] = sshd_said(sandbox_nodes, cursor, "ieof packet referred to nonexistent channel",
+                                          SSHD_LOG_WAIT_S if ends[name] == "ended" else 0)
     assert ends == {"paramiko alone": "ended", "paramiko alone, sshd": "ieof packet referred to nonexistent channel",
                     "channel_eof": "connected", "channel_eof, sshd": ""}, ends

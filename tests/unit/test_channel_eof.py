@@ -13,6 +13,7 @@ each command the way sshd does (output, exit status, EOF, then CLOSE) without wa
 
 from __future__ import annotations
 
+import threading
 import time
 from types import SimpleNamespace
 
@@ -25,17 +26,18 @@ from sparkguard.run import channel_eof, connection
 from tests import ssh_stub
 from tests.vm import harness
 
-LATE_S = 0.5     # how long the thread sending the EOF is held up
-WAIT_S = 5
+LATE_S = 0.5     # how long an EOF sent under the channel's lock is held up (tests/ssh_stub.py late_eofs)
+WAIT_S = ssh_stub.NODE_CLOSE_WAIT_S + 5
+SETTLE_S = 0.3   # for an EOF sent twice: held up by one keepalive round trip only, both CLOSEs being out
 
 
 @pytest.fixture
 def node():
-    """``node(close_after_s)``: a logged-in client of an ``Answering`` stand-in; closed at the end."""
+    """``node(close_after_s, go)``: a logged-in client of an ``Answering`` stand-in; closed at the end."""
     opened: list[paramiko.SSHClient] = []
 
-    def connect(close_after_s: float) -> paramiko.SSHClient:
-        opened.append(ssh_stub.client(ssh_stub.serve(ssh_stub.Answering(close_after_s))))
+    def connect(close_after_s: float, go: threading.Event | None = None) -> paramiko.SSHClient:
+        opened.append(ssh_stub.client(ssh_stub.serve(ssh_stub.Answering(close_after_s, go))))
         return opened[-1]
 
     yield connect
@@ -44,8 +46,8 @@ def node():
 
 
 def ending(sent: list[tuple[int, int]], channel: paramiko.Channel | None = None) -> list[str]:
-    """The EOF and CLOSE sent (on ``channel``, or on any channel), in the order sent, once the CLOSE and
-    any EOF still held up are out."""
+    """The EOF and CLOSE sent (on ``channel``, or on any channel), in the order sent, once both are out
+    (at most WAIT_S) and a little longer, for any EOF sent twice."""
     names = {MSG_CHANNEL_EOF: "EOF", MSG_CHANNEL_CLOSE: "CLOSE"}
 
     def order() -> list[str]:
@@ -53,25 +55,27 @@ def ending(sent: list[tuple[int, int]], channel: paramiko.Channel | None = None)
                 if kind in names and (channel is None or chan == channel.remote_chanid)]
 
     deadline = time.monotonic() + WAIT_S
-    while "CLOSE" not in order() and time.monotonic() < deadline:
+    while not {"EOF", "CLOSE"} <= set(order()) and time.monotonic() < deadline:
         time.sleep(0.02)
-    time.sleep(LATE_S + 0.2)
+    time.sleep(SETTLE_S)
     return order()
 
 
 def test_paramiko_alone_sends_the_eof_after_the_close_when_its_thread_is_late(node):
     """The upstream race (paramiko#1115, #1705). When this fails, paramiko orders them itself and
     channel_eof can go."""
-    client = node(0.0)
-    sent = ssh_stub.late_eofs(client, LATE_S)
+    go = threading.Event()
+    client = node(0.0, go)
+    sent = ssh_stub.late_eofs(client, LATE_S, go.set)
     stdin, stdout, _ = client.exec_command("job")
     stdin.close()   # as pyinfra does, right after the command starts
     assert ending(sent, stdout.channel) == ["CLOSE", "EOF"]
 
 
 def test_a_late_eof_is_sent_before_the_close(node):
-    client = node(0.0)
-    sent = ssh_stub.late_eofs(client, LATE_S)
+    go = threading.Event()
+    client = node(0.0, go)
+    sent = ssh_stub.late_eofs(client, LATE_S, go.set)
     stdin, stdout, _ = channel_eof.exec_command(client, "job")
     stdin.close()
     assert ending(sent, stdout.channel) == ["EOF", "CLOSE"]
@@ -88,10 +92,11 @@ def test_an_eof_sent_with_the_close_is_not_sent_again(node):
 
 
 def test_installed_on_a_client_every_command_closes_stdin_in_order_and_install_is_idempotent(node):
-    client = node(0.0)
+    go = threading.Event()
+    client = node(0.0, go)
     channel_eof.install(client)
     channel_eof.install(client)
-    sent = ssh_stub.late_eofs(client, LATE_S)
+    sent = ssh_stub.late_eofs(client, LATE_S, go.set)
     for _ in range(2):
         stdin, stdout, _ = client.exec_command("job")
         stdin.close()
@@ -103,10 +108,11 @@ def test_the_connectors_commands_close_their_stdin_in_order(node):
     state = State()
     state.init(connection.inventory([("node", {})]), Config())
     host = state.inventory.get_host("node")
-    host.connector.client = node(0.0)
+    go = threading.Event()
+    host.connector.client = node(0.0, go)
     host.connected = True
     state.activate_host(host)
-    sent = ssh_stub.late_eofs(host.connector.client, LATE_S)
+    sent = ssh_stub.late_eofs(host.connector.client, LATE_S, go.set)
     ok, output = host.run_shell_command("echo ok")
     assert ok and output.stdout == "ok"
     assert ending(sent) == ["EOF", "CLOSE"]
