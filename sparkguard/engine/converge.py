@@ -29,8 +29,8 @@ from ..errors import Problem
 from ..facts import NodeInfo
 from ..hostconfig import HostConfig, host_config_model
 from ..role import Role, RoleContext
+from ..run import channel_eof, livediff, node_lock, snapshot
 from ..run import context as run_context
-from ..run import livediff, node_lock, snapshot
 from ..state import DesiredState, FileEdit, ManagedFile, is_systemd_unit_path
 from .desired import node_profile
 from .filestate import FileState, ManagedFilesState, file_state
@@ -103,7 +103,11 @@ def current_node_info(config: HostConfig) -> NodeInfo | None:
     kept in the run's context for the report.
 
     None when pyinfra failed the host while reading it (its connection ended): nothing is planned for it, as
-    nothing would run, and nothing is checked against facts that were never read; the report says why."""
+    nothing would run, and nothing is checked against facts that were never read; the report says why.
+
+    Every sparkguard deploy reads the node here first, so this is where pyinfra's own SSH connector (the
+    plain pyinfra path) gets its commands' stdin EOFs put in order too (``channel_eof``)."""
+    channel_eof.install_on(host)
     info = snapshot.take(host.name, config).info
     if host in host.state.failed_hosts:
         return None

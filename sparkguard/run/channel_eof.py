@@ -57,3 +57,12 @@ def install(client: paramiko.SSHClient) -> None:
         return
     client.exec_command = lambda command, **kwargs: exec_command(client, command, **kwargs)  # type: ignore[method-assign]
     setattr(client, _INSTALLED, True)
+
+
+def install_on(host: Any) -> None:
+    """``install`` on a pyinfra ``host``'s SSH client, whichever connector made it: pyinfra's own (plain
+    ``pyinfra INVENTORY deploy/site.py``, a team's deploy using ``sparkguard.deploys``) as well as
+    sparkguard's. A host without one (local, docker, not connected) is left as it is."""
+    client = getattr(host.connector, "client", None)
+    if isinstance(client, paramiko.SSHClient):
+        install(client)

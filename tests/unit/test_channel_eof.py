@@ -21,8 +21,12 @@ import paramiko
 import pytest
 from paramiko.common import MSG_CHANNEL_CLOSE, MSG_CHANNEL_EOF
 from pyinfra.api import Config, State
+from pyinfra.api import Inventory as PyinfraInventory
+from pyinfra.connectors.ssh import SSHConnector as PyinfraSSHConnector
+from pyinfra.context import ctx_host, ctx_state
 
-from sparkguard.run import channel_eof, connection
+from sparkguard.engine import converge
+from sparkguard.run import channel_eof, connection, snapshot
 from tests import ssh_stub
 from tests.vm import harness
 
@@ -125,3 +129,32 @@ def test_the_vm_harness_closes_a_commands_stdin_in_order(node):
     sent = ssh_stub.late_eofs(client, LATE_S)
     assert harness.VM._exec(SimpleNamespace(name="vm"), client, "job", WAIT_S) == (0, "ok\n", "")
     assert ending(sent) == ["EOF", "CLOSE"]
+
+
+def test_pyinfras_own_connector_is_put_in_order_when_a_deploy_first_reads_the_node(node, monkeypatch):
+    """Plain `pyinfra INVENTORY deploy/site.py`, and a team's deploy using sparkguard.deploys, run on
+    pyinfra's own SSH connector: every sparkguard deploy's first read of the node (``current_node_info``)
+    puts that connector's commands in order too."""
+    state = State()
+    state.init(PyinfraInventory((["node"], {})), Config())
+    host = state.inventory.get_host("node")
+    assert type(host.connector) is PyinfraSSHConnector
+    go = threading.Event()
+    host.connector.client = node(0.0, go)
+    host.connected = True
+    state.activate_host(host)
+    monkeypatch.setattr(snapshot, "take", lambda name, config: SimpleNamespace(info="the node's facts"))
+    with ctx_state.use(state), ctx_host.use(host):
+        assert converge.current_node_info(SimpleNamespace()) == "the node's facts"
+    sent = ssh_stub.late_eofs(host.connector.client, LATE_S, go.set)
+    ok, output = host.run_shell_command("echo ok")
+    assert ok and output.stdout == "ok"
+    assert ending(sent) == ["EOF", "CLOSE"]
+
+
+def test_a_host_without_an_ssh_client_is_left_as_it_is():
+    local = SimpleNamespace(connector=SimpleNamespace())
+    channel_eof.install_on(local)
+    unconnected = SimpleNamespace(connector=SimpleNamespace(client=None))
+    channel_eof.install_on(unconnected)
+    assert vars(local.connector) == {} and unconnected.connector.client is None
