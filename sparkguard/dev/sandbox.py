@@ -31,6 +31,7 @@ from ..errors import SparkguardError
 from ..hosttools import MIRROR, RELEASES, run_tool
 from ..paths import INSTALLED, REPO_ROOT
 from ..pyinfra_inventory import write_adapter
+from . import node_cgroup
 from .emulation import ARCHES, ensure_emulation, host_arch
 
 Log = Callable[..., Any]  # print, or a quiet stand-in
@@ -56,6 +57,7 @@ class Node:
     address: str
     rootfs: str
     pid: int | None = None
+    cgroups: list[str] = field(default_factory=list)   # its own cgroups (node_cgroup), removed at `down`
 
     def alive(self) -> bool:
         return self.pid is not None and pid_alive(self.pid)
@@ -238,14 +240,27 @@ def _prepare_node(node: Node, template: Path, public_key: str, log: Log, emulate
 
 
 def _boot(node: Node, log_file: Path) -> int:
+    """Start the node's systemd-nspawn in cgroups of the node's own (``node_cgroup``); return its PID.
+
+    A shell holds the start until the cgroups are in place, then becomes nspawn (same PID)."""
     handle = log_file.open("ab")
     process = subprocess.Popen(
-        ["systemd-nspawn", "-D", node.rootfs, "-b", "--register=no", "--keep-unit",
+        ["sh", "-c", 'read -r _ && exec "$@" </dev/null', "sh",
+         "systemd-nspawn", "-D", node.rootfs, "-b", "--register=no", "--keep-unit",
          "-M", node.machine, "--console=passive",
          # Like a real node: sshd can set its listener to oom_score_adj -1000.
          "--capability=CAP_SYS_RESOURCE"],
-        stdin=subprocess.DEVNULL, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True,
+        stdin=subprocess.PIPE, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True,
     )
+    assert process.stdin is not None
+    try:
+        node.cgroups = node_cgroup.place(process.pid, node.machine)
+    except OSError as error:
+        process.stdin.close()   # its `read` ends with no line: the shell exits, never starting the node
+        process.wait()
+        raise SandboxError(f"sandbox: {node.name}: cannot give the node cgroups of its own: {error}") from None
+    process.stdin.write(b"go\n")
+    process.stdin.close()
     return process.pid
 
 
@@ -503,6 +518,8 @@ def down(state_dir: Path = DEFAULT_STATE_DIR, log: Log = print) -> int:
     for node in box.nodes:
         _stop(node, poweroff_s=poweroff_s)
         shutil.rmtree(f"/run/systemd/nspawn/propagate/{node.machine}", ignore_errors=True)
+        for busy in node_cgroup.remove(node.cgroups):
+            log(f"sandbox: {node.name}: cgroup {busy} still has processes; left in place")
     _unmount_under(state_dir)
     shutil.rmtree(state_dir / "nodes", ignore_errors=True)
     for name in ("hosts.yml", "inventory.py"):

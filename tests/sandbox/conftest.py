@@ -149,8 +149,9 @@ def booted_sandbox(tmp_path_factory, release: str, net: str, nodes: int, arch: s
         box = sandbox.Sandbox.load(state_dir)
         inside = {pid: sandbox.start_time(pid) for node in (box.nodes if box else []) if node.alive()
                   for pid in sandbox.node_processes(node.pid)}
+        cgroups = [directory for node in (box.nodes if box else []) for directory in node.cgroups]
         sandbox.down(state_dir, log=lambda *_: None)
-        remaining = leftovers(state_dir)
+        remaining = leftovers(state_dir) + [f"cgroup: {d}" for d in cgroups if Path(d).exists()]
         assert remaining == [], f"sandbox down left things behind: {remaining}"
         # What ran inside a node names no state dir (an emulated node's systemd is "qemu-aarch64 .../systemd").
         survivors = sandbox.still_running(inside)  # by PID and start time: a reused PID is not a survivor

@@ -18,6 +18,7 @@ import paramiko
 import yaml
 from paramiko.common import MSG_CHANNEL_EOF
 
+from sparkguard.dev import sandbox
 from sparkguard.engine.converge import site_deploy
 from sparkguard.engine.operations import managed_file
 from sparkguard.engine.render import render_inventory
@@ -381,8 +382,6 @@ def test_a_node_whose_logins_are_still_refused_is_not_handed_out(sandbox_nodes):
 
     import pytest
 
-    from sparkguard.dev import sandbox
-
     box = sandbox.Sandbox.load(sandbox_nodes.state_dir)
     node = next(n for n in box.nodes if n.name == "node-2")
     assert sandbox_nodes.ssh("node-2", "echo maintenance > /run/nologin")[0] == 0
@@ -467,6 +466,47 @@ def test_changed_host_key_after_reimage_is_refused_with_advice(sandbox_nodes, tm
     with sandbox_nodes.known_hosts.open("a") as handle:
         handle.write(f"{NET}.2 {key[0]} {key[1]}\n")
     assert apply(sandbox_nodes.inventory_dir).ok
+
+
+CGROUP_PROBE_UNIT = "sparkguard-test-cgroup"
+
+
+def cgroups_of(pids: list[int]) -> set[str]:
+    """The cgroups of ``pids`` in the hierarchies systemd uses (v1 name=systemd, v2), as the host sees them."""
+    found = set()
+    for pid in pids:
+        try:
+            lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+        except OSError:
+            continue   # it ended meanwhile
+        found |= {line for line in lines if line.startswith("0::") or ":name=systemd:" in line}
+    return found
+
+
+def test_each_node_has_cgroups_of_its_own_so_a_unit_on_two_nodes_never_shares_one(sandbox_nodes):
+    """Two nodes run a unit of the same name: each node's view of the unit's cgroup holds its own process
+    only (sparkguard/dev/node_cgroup.py). When every node shared one payload cgroup, node-2's process
+    showed there as PID 0; stopping such a unit on one node failed to kill the cgroup ("Input/output
+    error") and its restart failed with 219/CGROUP (Prometheus on the peers test's two nodes, 2026-12-07)."""
+    seen_from_the_host = {node.name: cgroups_of(sandbox.node_processes(node.pid)) for node in sandbox_nodes.nodes}
+    assert seen_from_the_host["node-1"] and seen_from_the_host["node-2"]
+    assert seen_from_the_host["node-1"].isdisjoint(seen_from_the_host["node-2"]), seen_from_the_host
+    try:
+        for name in NODES:
+            rc, _, err = sandbox_nodes.ssh(name, f"systemd-run --unit={CGROUP_PROBE_UNIT} sleep 300")
+            assert rc == 0, err
+        rc, out, err = sandbox_nodes.ssh(
+            "node-1", f"cg=$(systemctl show -p ControlGroup --value {CGROUP_PROBE_UNIT}); "
+                      "for h in /sys/fs/cgroup/systemd /sys/fs/cgroup/unified /sys/fs/cgroup; do "
+                      "[ -f $h$cg/cgroup.procs ] && sed \"s|^|$h |\" $h$cg/cgroup.procs; done; "
+                      f"echo main $(systemctl show -p MainPID --value {CGROUP_PROBE_UNIT})")
+        assert rc == 0, err
+    finally:
+        for name in NODES:
+            sandbox_nodes.ssh(name, f"systemctl stop {CGROUP_PROBE_UNIT}")
+    listed = [line.split() for line in out.splitlines()]
+    main = listed.pop()[1]
+    assert listed and {pid for _, pid in listed} == {main}, out
 
 
 def still_answers(client: paramiko.SSHClient) -> bool:
