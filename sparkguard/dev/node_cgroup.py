@@ -3,14 +3,15 @@
 systemd-nspawn with ``--keep-unit`` (the sandbox's nodes are not units: the host may have no systemd
 as init, and a test's nodes live only as long as the test) moves the node's init into
 ``<nspawn's own cgroup>/payload`` and itself into ``.../supervisor``. Every nspawn started from the
-same process starts in the same cgroup, so every node of a sandbox got the same ``payload``: each
-node's systemd made ``system.slice/<unit>.service`` in one shared directory. A unit running on two
-nodes then had one cgroup for both. Stopping it on one node read the other node's PIDs as 0 ("Failed
-to kill control group /system.slice/prometheus.service, ignoring: Input/output error"), and the
-restart that followed failed with status 219/CGROUP: systemd could not put the new process in a
-cgroup that the other node's systemd was removing and making again. This was seen in a full run on
-2026-12-07, on the peers test's two nodes, each restarting Prometheus in the same apply. It is also
-the likely cause of a systemd-journald restart that failed the same way in an earlier full run.
+same cgroup (one command's nodes; every pytest worker's, on a host without systemd) got the same
+``payload``: each node's systemd made ``system.slice/<unit>.service`` in one shared directory, and a
+unit running on two nodes had one cgroup for both. Each node's systemd reads the other node's
+processes there as PID 0, which it takes for an I/O error: "Failed to kill control group
+/system.slice/prometheus.service, ignoring: Input/output error", in a full run on 2026-12-07, where
+the restart of Prometheus on the peers test's nodes then failed with status 219/CGROUP (the new
+process could not be put in the unit's cgroup). The likely cause is another node's systemd emptying
+or removing that shared cgroup under it. The failed systemd-journald restart of an earlier full run
+fits the same cause.
 
 Starting each nspawn in a cgroup of its own, ``<the caller's cgroup>/sparkguard-<machine>``, in every
 hierarchy systemd uses (the v1 ``name=systemd`` one and the v2 one), keeps the nodes apart as real
@@ -67,7 +68,7 @@ def remove(directories: list[str], root: str = CGROUP_ROOT) -> list[str]:
     those still there (a process in them). Only sparkguard's own cgroups, under ``root``, are touched."""
     left = []
     for directory in directories:
-        own = Path(directory)
+        own = Path(os.path.normpath(directory))
         if not (own.name.startswith(PREFIX) and own.is_relative_to(root)):
             continue
         for below, _, _ in sorted(os.walk(own), key=lambda entry: entry[0].count("/"), reverse=True):

@@ -85,3 +85,13 @@ def test_removal_goes_deepest_first_says_what_it_left_and_touches_nothing_else(t
     assert left == [str(busy / "payload"), str(busy)]
     assert foreign.exists() and outside.exists()
     outside.rmdir()
+
+
+def test_a_recorded_path_that_climbs_out_of_the_root_is_not_followed(tmp_path):
+    """The state file records the cgroups: a path with '..' is judged where it leads, not how it is spelled."""
+    root = tmp_path / "cgroup"
+    root.mkdir()
+    escaped = tmp_path / "sparkguard-elsewhere"
+    escaped.mkdir()
+    assert node_cgroup.remove([str(root / ".." / "sparkguard-elsewhere")], root=str(root)) == []
+    assert escaped.exists()
