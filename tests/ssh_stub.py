@@ -159,12 +159,20 @@ def late_eofs(client: paramiko.SSHClient, late_s: float,
             changed.notify_all()
         handle_close(channel, message)
 
+    def sent_under_its_lock(channel: int) -> bool:
+        """Whether this thread holds the channel's lock: it cannot be had for ``late_s``. A channel already
+        unlinked had its close handled meanwhile, which the lock would have kept from happening: no."""
+        for linked in transport._channels.values():
+            if linked.remote_chanid == channel:
+                if not linked.lock.acquire(timeout=late_s):
+                    return True
+                linked.lock.release()
+        return False
+
     def hold_up(channel: int) -> None:
         on_hold()
-        lock = next(c for c in transport._channels.values() if c.remote_chanid == channel).lock
-        if not lock.acquire(timeout=late_s):
-            return   # held by this thread: sent under the channel's lock, and already held up late_s
-        lock.release()
+        if sent_under_its_lock(channel):
+            return   # already held up late_s
         with changed:
             changed.wait_for(lambda: channel in closed_by_node, NODE_CLOSE_WAIT_S)
             changed.wait_for(lambda: (MSG_CHANNEL_CLOSE, channel) in sent, NODE_CLOSE_WAIT_S)
