@@ -27,7 +27,7 @@ from typing import Any
 
 import yaml
 
-from ..errors import SparkguardError
+from ..errors import EXIT_CONFIG_ERROR, SparkguardError
 from ..hosttools import MIRROR, RELEASES, run_tool
 from ..paths import INSTALLED, REPO_ROOT
 from ..pyinfra_inventory import write_adapter
@@ -48,6 +48,21 @@ BOOT_TIMEOUT = 90
 
 class SandboxError(SparkguardError):
     exit_code = 1
+
+
+class SandboxUsageError(SandboxError):
+    """A value given to `sandbox up` that cannot be used: nothing was started."""
+    exit_code = EXIT_CONFIG_ERROR
+
+
+def check_net(net: str) -> None:
+    """``--net`` names a loopback /24 (127.X.Y): its digits make the nodes' addresses, machine names and
+    cgroup names, so nothing else may pass."""
+    octets = net.split(".")
+    if not (len(octets) == 3 and octets[0] == "127"
+            and all(o.isascii() and o.isdigit() and len(o) <= 3 and int(o) <= 255 for o in octets)):
+        raise SandboxUsageError(f"sandbox: --net {net!r} is not a loopback /24 prefix; allowed: 127.X.Y with X and "
+                                f"Y from 0 to 255 (default {DEFAULT_NET})")
 
 
 @dataclass
@@ -363,9 +378,10 @@ def up(nodes: int = 1, release: str = "bookworm", state_dir: Path = DEFAULT_STAT
     """Boot N nodes (reusing running ones) and write their inventory; return its hosts.yml. ``arch``: amd64 or
     arm64 (default: this machine's); another architecture runs under qemu user emulation (sparkguard.emulation)."""
     arch = arch or host_arch()
-    _require_root()
     if not 1 <= nodes <= 64:
-        raise SandboxError(f"sandbox: --nodes {nodes} is out of range; allowed: 1..64")
+        raise SandboxUsageError(f"sandbox: --nodes {nodes} is out of range; allowed: 1..64")
+    check_net(net)
+    _require_root()
     existing = Sandbox.load(state_dir)
     if existing and any(n.alive() for n in existing.nodes):
         if (len(existing.nodes) == nodes and existing.release == release and existing.arch == arch
