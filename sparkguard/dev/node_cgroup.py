@@ -71,7 +71,7 @@ def remove(directories: list[str], root: str = CGROUP_ROOT) -> list[str]:
         own = Path(os.path.normpath(directory))
         if not (own.name.startswith(PREFIX) and own.is_relative_to(root)):
             continue
-        for below, _, _ in sorted(os.walk(own), key=lambda entry: entry[0].count("/"), reverse=True):
+        for below, _, _ in os.walk(own, topdown=False):
             try:
                 os.rmdir(below)
             except FileNotFoundError:
